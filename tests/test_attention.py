@@ -1,0 +1,164 @@
+"""Attention (§3.2) against a plain reference and against fairseq's MultiheadAttention."""
+import math
+
+import pytest
+import torch
+from fairseq.modules import MultiheadAttention
+
+from vaswani_plugin.modules import FusedEncoderDecoderAttention, FusedSelfAttention, scaled_dot_product
+
+
+def reference_attention(q, k, v, key_padding_mask=None, causal=False):
+    """softmax(QK^T / sqrt(d_k)) V written out loop by loop from Eq. 1, in float64."""
+    q, k, v = q.double(), k.double(), v.double()
+    b, h, t, d = q.shape
+    s = k.size(2)
+    out = torch.zeros(b, h, t, d, dtype=torch.float64)
+    for bi in range(b):
+        for i in range(t):
+            allowed = [j for j in range(s)
+                       if not (key_padding_mask is not None and key_padding_mask[bi, j])
+                       and not (causal and j > i)]
+            scores = torch.stack([(q[bi, :, i] * k[bi, :, j]).sum(-1) / math.sqrt(d) for j in allowed], -1)
+            weights = torch.softmax(scores, dim=-1)  # [H, |allowed|]
+            out[bi, :, i] = torch.einsum("ha,had->hd", weights, v[bi][:, allowed])
+    return out
+
+
+def padding_mask(lengths, s):
+    return torch.arange(s)[None, :] >= torch.tensor(lengths)[:, None]  # True at padding
+
+
+CASES = [
+    dict(t=5, s=7, mask=None, causal=False),
+    dict(t=6, s=6, mask=[6, 3, 1], causal=False),
+    dict(t=6, s=6, mask=None, causal=True),
+    dict(t=6, s=6, mask=[6, 4, 2], causal=True),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_scaled_dot_product_matches_eq1_fp32(case, need_weights):
+    b, h, d = 3, 2, 8
+    q = torch.randn(b, h, case["t"], d, requires_grad=True)
+    k = torch.randn(b, h, case["s"], d, requires_grad=True)
+    v = torch.randn(b, h, case["s"], d, requires_grad=True)
+    mask = padding_mask(case["mask"], case["s"]) if case["mask"] else None
+    out, weights = scaled_dot_product(q, k, v, mask, case["causal"], need_weights=need_weights)
+    ref = reference_attention(q, k, v, mask, case["causal"])
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+    if need_weights:
+        assert torch.allclose(weights.sum(-1), torch.ones(()), atol=1e-6)
+        if mask is not None:
+            assert (weights.masked_select(mask[:, None, None, :].expand_as(weights)) == 0).all()
+    # gradients: d(sum(out * g)) against the float64 reference
+    g = torch.randn_like(out)
+    grads = torch.autograd.grad((out * g).sum(), (q, k, v))
+    qd, kd, vd = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref_grads = torch.autograd.grad((reference_attention(qd, kd, vd, mask, case["causal"]) * g.double()).sum(),
+                                    (qd, kd, vd))
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_scaled_dot_product_bf16_close_to_reference(case):
+    b, h, d = 2, 2, 16
+    q, k, v = (torch.randn(b, h, n, d) for n in (case["t"], case["s"], case["s"]))
+    mask = padding_mask(case["mask"][:b], case["s"]) if case["mask"] else None
+    for need_weights in (False, True):
+        out, _ = scaled_dot_product(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, case["causal"],
+                                    need_weights=need_weights)
+        assert out.dtype == torch.bfloat16
+        # bf16 has an 8-bit mantissa: relative error about 2^-8 per rounding, a few roundings deep.
+        torch.testing.assert_close(out.double(), reference_attention(q, k, v, mask, case["causal"]),
+                                   atol=3e-2, rtol=3e-2)
+
+
+def _fairseq_mha_like(ours, self_attention):
+    """A fairseq MultiheadAttention with our weights copied in (its q/k/v are our packed blocks)."""
+    e, h = ours.embed_dim, ours.num_heads
+    theirs = MultiheadAttention(e, h, self_attention=self_attention, encoder_decoder_attention=not self_attention)
+    with torch.no_grad():
+        if self_attention:
+            wq, wk, wv = ours.qkv_proj.weight.chunk(3)
+            bq, bk, bv = ours.qkv_proj.bias.chunk(3)
+        else:
+            wq, bq = ours.q_proj.weight, ours.q_proj.bias
+            wk, wv = ours.kv_proj.weight.chunk(2)
+            bk, bv = ours.kv_proj.bias.chunk(2)
+        for lin, w, b in ((theirs.q_proj, wq, bq), (theirs.k_proj, wk, bk), (theirs.v_proj, wv, bv),
+                          (theirs.out_proj, ours.out_proj.weight, ours.out_proj.bias)):
+            lin.weight.copy_(w)
+            lin.bias.copy_(b)
+    return theirs
+
+
+def _randomize(module):
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_(0, 0.3)
+
+
+def test_self_attention_matches_fairseq_multihead_attention():
+    ours = FusedSelfAttention(16, 4)
+    _randomize(ours)
+    theirs = _fairseq_mha_like(ours, self_attention=True)
+    x = torch.randn(3, 7, 16, requires_grad=True)
+    mask = padding_mask([7, 5, 2], 7)
+    out, _ = ours(x, key_padding_mask=mask)
+    ref, _ = theirs(x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1), key_padding_mask=mask)
+    torch.testing.assert_close(out, ref.transpose(0, 1), atol=1e-5, rtol=1e-5)
+    g = torch.randn_like(out)
+    (gx,) = torch.autograd.grad((out * g).sum(), x)
+    (rx,) = torch.autograd.grad((ref.transpose(0, 1) * g).sum(), x)
+    torch.testing.assert_close(gx, rx, atol=1e-5, rtol=1e-5)
+    # parameter gradients: our packed QKV gradient equals fairseq's three gradients stacked
+    ours.zero_grad()
+    theirs.zero_grad()
+    (ours(x, key_padding_mask=mask)[0] * g).sum().backward()
+    (theirs(x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1), key_padding_mask=mask)[0].transpose(0, 1)
+     * g).sum().backward()
+    packed = torch.cat([theirs.q_proj.weight.grad, theirs.k_proj.weight.grad, theirs.v_proj.weight.grad])
+    torch.testing.assert_close(ours.qkv_proj.weight.grad, packed, atol=1e-5, rtol=1e-5)
+
+
+def test_causal_self_attention_matches_fairseq_with_future_mask():
+    ours = FusedSelfAttention(16, 2)
+    _randomize(ours)
+    theirs = _fairseq_mha_like(ours, self_attention=True)
+    x = torch.randn(2, 6, 16)
+    future = torch.triu(torch.full((6, 6), float("-inf")), 1)  # fairseq's buffered_future_mask
+    out, _ = ours(x, causal=True)
+    ref, _ = theirs(x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1), attn_mask=future)
+    torch.testing.assert_close(out, ref.transpose(0, 1), atol=1e-5, rtol=1e-5)
+
+
+def test_encoder_decoder_attention_and_weights_match_fairseq():
+    ours = FusedEncoderDecoderAttention(16, 4)
+    _randomize(ours)
+    theirs = _fairseq_mha_like(ours, self_attention=False)
+    x, memory = torch.randn(3, 4, 16), torch.randn(3, 9, 16)
+    mask = padding_mask([9, 6, 3], 9)
+    out, weights = ours(x, memory, mask, need_weights=True)
+    ref, ref_weights = theirs(x.transpose(0, 1), memory.transpose(0, 1), memory.transpose(0, 1),
+                              key_padding_mask=mask, need_weights=True)  # weights averaged over heads
+    torch.testing.assert_close(out, ref.transpose(0, 1), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights.mean(1), ref_weights, atol=1e-6, rtol=1e-5)
+
+
+def test_incremental_self_attention_equals_full_causal_and_reorders():
+    attn = FusedSelfAttention(16, 4).eval()
+    x = torch.randn(3, 40, 16)  # 40 steps: the cache grows past its initial capacity
+    full, _ = attn(x, causal=True)
+    state = {}
+    steps = [attn(x[:, t:t + 1], causal=True, incremental_state=state)[0] for t in range(x.size(1))]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+    # beam search reorders rows; continuing from the reordered cache equals recomputing from scratch
+    order = torch.tensor([2, 2, 0])
+    attn.reorder_incremental_state(state, order)
+    nxt = torch.randn(3, 1, 16)
+    cont, _ = attn(nxt, causal=True, incremental_state=state)
+    recomputed, _ = attn(torch.cat([x[order], nxt], 1), causal=True)
+    torch.testing.assert_close(cont, recomputed[:, -1:], atol=1e-5, rtol=1e-5)

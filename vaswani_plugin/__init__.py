@@ -1,0 +1,21 @@
+"""vaswani-plugin: the Transformer of "Attention Is All You Need" as a fairseq extension.
+
+Importing this package (fairseq does it for `--user-dir`) registers, explicitly:
+- model `vaswani_transformer` and its presets (`models/`),
+- criterion `label_smoothed_xent` (`criterions/`),
+- lr scheduler `inverse_sqrt_warmup` (`optim/`),
+and allows the few non-tensor types fairseq checkpoints hold through torch's weights-only loader.
+"""
+import os
+
+from . import checkpoint_safety  # noqa: F401
+from .criterions import label_smoothed_xent  # noqa: F401
+from .models import presets, vaswani_transformer  # noqa: F401
+from .optim import inverse_sqrt_warmup  # noqa: F401
+
+__version__ = "0.1.0"
+
+
+def user_dir() -> str:
+    """The path to pass as fairseq's `--user-dir` (this package's directory)."""
+    return os.path.dirname(os.path.abspath(__file__))

@@ -1,0 +1,1 @@
+"""Console scripts installed with the package (see setup.py)."""

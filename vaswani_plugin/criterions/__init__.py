@@ -1,0 +1,1 @@
+"""fairseq criteria (registered on import)."""

@@ -1,0 +1,1 @@
+"""Data helpers for the plugin (plain Python): the embedded synthetic parallel corpus."""

@@ -1,0 +1,226 @@
+"""The Transformer of §3 as a fairseq model: `--arch vaswani_transformer` and its presets.
+
+Read top to bottom: config -> encoder (§3.1 left) -> decoder (§3.1 right) -> model (§3.4 weight
+tying). The layers themselves are plain PyTorch in `vaswani_plugin.modules`.
+
+Departures from the paper, each pinned by a test:
+- the smoothed loss and the warmup schedule live in the criterion and scheduler, not here;
+- decoder self-attention relies on targets being right-padded (fairseq's default,
+  `--left-pad-target False`): the causal mask alone then hides every pad from every real query;
+- `--positional-layout fairseq` and `--normalize-before` exist only to express fairseq checkpoints.
+"""
+import math
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+import torch
+import torch.nn.functional as F
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.models import (
+    FairseqEncoder,
+    FairseqEncoderDecoderModel,
+    FairseqIncrementalDecoder,
+    register_model,
+)
+from omegaconf import II
+from torch import Tensor, nn
+
+from ..errors import ConfigError
+from ..modules import DecoderLayer, EncoderLayer, SinusoidalPositions
+
+
+@dataclass
+class VaswaniTransformerConfig(FairseqDataclass):
+    """Defaults are the paper's base model (Table 3, row "base")."""
+
+    encoder_layers: int = field(default=6, metadata={"help": "N, encoder layers (§3.1)"})
+    decoder_layers: int = field(default=6, metadata={"help": "N, decoder layers (§3.1)"})
+    d_model: int = field(default=512, metadata={"help": "d_model, width of every layer (§3.1)"})
+    d_ff: int = field(default=2048, metadata={"help": "d_ff, inner width of the feed-forward layers (§3.3)"})
+    attention_heads: int = field(default=8, metadata={"help": "h, attention heads; d_model must divide by it (§3.2.2)"})
+    dropout: float = field(default=0.1, metadata={"help": "P_drop on sub-layer outputs and embedding sums (§5.4)"})
+    attention_dropout: float = field(default=0.0, metadata={"help": "dropout on attention weights (not in the paper)"})
+    relu_dropout: float = field(default=0.0, metadata={"help": "dropout after the feed-forward ReLU (not in the paper)"})
+    share_all_embeddings: bool = field(
+        default=False,
+        metadata={"help": "tie source embedding, target embedding and pre-softmax projection (§3.4); "
+                          "needs a joined dictionary. Without it the target embedding and the "
+                          "pre-softmax projection are still tied"},
+    )
+    normalize_before: bool = field(
+        default=False, metadata={"help": "pre-LN sub-layers, LayerNorm(x) before each sub-layer (not the paper's)"}
+    )
+    positional_layout: ChoiceEnum(["paper", "fairseq"]) = field(
+        default="paper",
+        metadata={"help": "sinusoid layout: 'paper' (§3.5, interleaved sin/cos, first token at position 0) "
+                          "or 'fairseq' (fairseq's transformer: sines then cosines, offset padding_idx+1)"},
+    )
+    max_source_positions: int = II("task.max_source_positions")
+    max_target_positions: int = II("task.max_target_positions")
+
+
+def _check_config(cfg, task) -> None:
+    """Contradicting flags stop here with the flag named, before any tensor is built."""
+    if cfg.d_model % cfg.attention_heads != 0:
+        raise ConfigError(f"--d-model ({cfg.d_model}) must be divisible by --attention-heads ({cfg.attention_heads})")
+    for name in ("encoder_layers", "decoder_layers", "d_model", "d_ff", "attention_heads"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(cfg, name)}")
+    for name in ("dropout", "attention_dropout", "relu_dropout"):
+        if not 0.0 <= getattr(cfg, name) < 1.0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(cfg, name)}")
+    if cfg.share_all_embeddings and task.source_dictionary != task.target_dictionary:
+        raise ConfigError("--share-all-embeddings needs a joined dictionary "
+                         "(fairseq-preprocess --joined-dictionary, or --srcdict and --tgtdict the same file)")
+
+
+def _embedding(dictionary, d_model: int) -> nn.Embedding:
+    # N(0, d^-1/2) so that after the sqrt(d_model) scaling of §3.4 the embeddings have unit variance.
+    emb = nn.Embedding(len(dictionary), d_model, padding_idx=dictionary.pad())
+    nn.init.normal_(emb.weight, mean=0.0, std=d_model ** -0.5)
+    nn.init.zeros_(emb.weight[dictionary.pad()])
+    return emb
+
+
+class VaswaniEncoder(FairseqEncoder):
+    """Embedding * sqrt(d_model) + positions -> dropout -> N encoder layers (§3.1, §3.4, §3.5)."""
+
+    def __init__(self, cfg, dictionary, embed_tokens: nn.Embedding):
+        super().__init__(dictionary)
+        self.embed_tokens = embed_tokens
+        self.embed_scale = math.sqrt(cfg.d_model)
+        self.positions = SinusoidalPositions(cfg.d_model, dictionary.pad(), cfg.positional_layout)
+        self.dropout = cfg.dropout
+        self.layers = nn.ModuleList(
+            EncoderLayer(cfg.d_model, cfg.attention_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout,
+                         cfg.relu_dropout, cfg.normalize_before)
+            for _ in range(cfg.encoder_layers)
+        )
+        # Pre-LN leaves the residual stream un-normalised: one final LayerNorm closes it.
+        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.normalize_before else None
+        self.max_source_positions = cfg.max_source_positions
+
+    def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, **unused) -> Dict[str, Tensor]:
+        """src_tokens [B, S] -> {"memory": [B, S, d], "memory_padding_mask": [B, S] or absent}."""
+        padding_mask = src_tokens.eq(self.dictionary.pad())  # [B, S]
+        if not padding_mask.any():
+            padding_mask = None  # lets attention take its unmasked (fastest) path
+        x = self.embed_tokens(src_tokens) * self.embed_scale + self.positions(src_tokens)  # [B, S, d]
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        for layer in self.layers:
+            x = layer(x, padding_mask)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        out = {"memory": x}
+        if padding_mask is not None:
+            out["memory_padding_mask"] = padding_mask
+        return out
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, Tensor], new_order: Tensor) -> Dict[str, Tensor]:
+        return {name: value.index_select(0, new_order) for name, value in encoder_out.items()}
+
+    def max_positions(self) -> int:
+        return self.max_source_positions
+
+
+class VaswaniDecoder(FairseqIncrementalDecoder):
+    """Embedding * sqrt(d_model) + positions -> dropout -> N decoder layers -> tied projection."""
+
+    def __init__(self, cfg, dictionary, embed_tokens: nn.Embedding):
+        super().__init__(dictionary)
+        self.embed_tokens = embed_tokens
+        self.embed_scale = math.sqrt(cfg.d_model)
+        self.positions = SinusoidalPositions(cfg.d_model, dictionary.pad(), cfg.positional_layout)
+        self.dropout = cfg.dropout
+        self.layers = nn.ModuleList(
+            DecoderLayer(cfg.d_model, cfg.attention_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout,
+                         cfg.relu_dropout, cfg.normalize_before)
+            for _ in range(cfg.decoder_layers)
+        )
+        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.normalize_before else None
+        self.max_target_positions = cfg.max_target_positions
+        # fairseq switches this on for --print-alignment (make_generation_fast_); training and plain
+        # beam search then skip the explicit attention-weights path.
+        self.need_attn = False
+
+    def forward(
+        self,
+        prev_output_tokens: Tensor,
+        encoder_out: Optional[Dict[str, Tensor]] = None,
+        incremental_state: Optional[Dict] = None,
+        features_only: bool = False,
+        alignment_layer: Optional[int] = None,
+        **unused,
+    ):
+        """prev_output_tokens [B, T] -> (logits [B, T, V], {"attn": [weights [B, T, S] or None]}).
+
+        With `incremental_state`, only the newest position is computed (T = 1 in the output)."""
+        x, attn = self.extract_features(prev_output_tokens, encoder_out, incremental_state, alignment_layer)
+        if not features_only:
+            x = self.output_layer(x)
+        return x, {"attn": [attn]}
+
+    def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, alignment_layer=None,
+                         **unused):
+        incremental = incremental_state is not None
+        tokens = prev_output_tokens[:, -1:] if incremental else prev_output_tokens
+        pos = self.positions(prev_output_tokens, last_step_only=incremental)  # [B, T, d]
+        x = self.embed_tokens(tokens) * self.embed_scale + pos  # [B, T, d]
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        memory = encoder_out["memory"]
+        memory_padding_mask = encoder_out.get("memory_padding_mask")
+        if alignment_layer is None:
+            alignment_layer = len(self.layers) - 1
+        attn = None
+        for i, layer in enumerate(self.layers):
+            want = self.need_attn and i == alignment_layer
+            x, weights = layer(x, memory, memory_padding_mask, incremental_state=incremental_state,
+                               need_weights=want)
+            if want:
+                attn = weights.float().mean(dim=1)  # [B, T, S], averaged over heads as fairseq expects
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, attn
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        """Pre-softmax linear transformation, sharing the target embedding's weights (§3.4)."""
+        return F.linear(features, self.embed_tokens.weight)  # [B, T, V]
+
+    def make_generation_fast_(self, need_attn: bool = False, **unused):
+        self.need_attn = need_attn
+
+    def max_positions(self) -> int:
+        return self.max_target_positions
+
+
+@register_model("vaswani_transformer", dataclass=VaswaniTransformerConfig)
+class VaswaniTransformerModel(FairseqEncoderDecoderModel):
+    """Encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
+
+    @classmethod
+    def add_args(cls, parser):
+        # Defaults are left out of the namespace so that the preset (--arch) can fill them in.
+        gen_parser_from_dataclass(parser, VaswaniTransformerConfig(), delete_default=True, with_prefix="")
+
+    @classmethod
+    def build_model(cls, cfg, task):
+        _check_config(cfg, task)
+        src_embed = _embedding(task.source_dictionary, cfg.d_model)
+        tgt_embed = src_embed if cfg.share_all_embeddings else _embedding(task.target_dictionary, cfg.d_model)
+        encoder = VaswaniEncoder(cfg, task.source_dictionary, src_embed)
+        decoder = VaswaniDecoder(cfg, task.target_dictionary, tgt_embed)
+        _init_linear_layers(encoder)
+        _init_linear_layers(decoder)
+        return cls(encoder, decoder)
+
+
+def _init_linear_layers(module: nn.Module) -> None:
+    """Xavier-uniform weights and zero biases. A packed projection is initialised block by block, so
+    it starts exactly as the separate Q, K, V (or K, V) projections would."""
+    for name, sub in module.named_modules():
+        if isinstance(sub, nn.Linear):
+            blocks = 3 if name.endswith("qkv_proj") else 2 if name.endswith("kv_proj") else 1
+            for block in sub.weight.data.chunk(blocks, dim=0):
+                nn.init.xavier_uniform_(block)
+            nn.init.zeros_(sub.bias)

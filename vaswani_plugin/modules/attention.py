@@ -1,0 +1,182 @@
+"""Multi-head attention, §3.2 of "Attention Is All You Need" (plain PyTorch).
+
+`scaled_dot_product` is Eq. 1, softmax(QK^T / sqrt(d_k)) V, as a pure function. The common path
+hands it to `torch.nn.functional.scaled_dot_product_attention` with either no mask, `is_causal`,
+or a boolean key-padding mask, so that the flash / memory-efficient kernels stay eligible on GPU
+and no float -inf matrix is materialised. An explicit path computes the weights when a caller
+asks for them (alignments, plots).
+
+The two modules adapt it to the Transformer's two uses (§3.2.3):
+- `FusedSelfAttention`: one packed [d, 3d] projection for Q, K and V (one GEMM instead of three);
+- `FusedEncoderDecoderAttention`: Q from the decoder, one packed [d, 2d] projection for K and V
+  from the encoder output.
+
+Incremental decoding keeps per-module state inside the caller's `incremental_state` dict (fairseq's
+convention) under a key unique to the module: the self-attention keys/values grow by one step at a
+time in a buffer with spare capacity (no re-allocation per step); the encoder-decoder keys/values are
+computed once per sentence. `reorder_incremental_state(state, new_order)` follows fairseq's beam
+search contract.
+"""
+import itertools
+from typing import Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+_module_ids = itertools.count()
+
+
+def scaled_dot_product(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Optional[Tensor] = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+) -> Tuple[Tensor, Optional[Tensor]]:
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V   (§3.2.1, Eq. 1).
+
+    q: [B, H, T, d_k]; k, v: [B, H, S, d_k]; key_padding_mask: [B, S], True at padding.
+    `causal` hides key j from query i when j > i (the decoder's §3.2.3 masking; needs T == S).
+    Returns the output [B, H, T, d_k] and, when `need_weights`, the weights [B, H, T, S]
+    (after dropout, i.e. the ones that multiplied V).
+    """
+    if causal and q.size(-2) != k.size(-2):
+        raise ValueError(f"causal attention needs as many queries as keys, got {q.size(-2)} and {k.size(-2)}")
+    allowed = None  # bool, True where a query may look; None means everywhere
+    if key_padding_mask is not None:
+        allowed = ~key_padding_mask[:, None, None, :]  # [B, 1, 1, S]
+        if causal:
+            t = q.size(-2)
+            allowed = allowed & torch.ones(t, t, dtype=torch.bool, device=q.device).tril()  # [B, 1, T, S]
+    if not need_weights:
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=allowed, dropout_p=dropout_p, is_causal=causal and allowed is None
+        )
+        return out, None
+    scores = torch.matmul(q, k.transpose(-2, -1)) * q.size(-1) ** -0.5  # [B, H, T, S]
+    if causal and allowed is None:
+        t = q.size(-2)
+        allowed = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    weights = F.dropout(weights, p=dropout_p, training=dropout_p > 0)
+    return torch.matmul(weights, v), weights
+
+
+class _MultiheadBase(nn.Module):
+    """Head split/merge, the output projection W^O and the incremental-state key."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0):
+        super().__init__()
+        if embed_dim % num_heads != 0:
+            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.dropout = dropout
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+        self._state_key = f"{type(self).__name__}.{next(_module_ids)}"
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, d_k]
+
+    def _merge_heads(self, x: Tensor) -> Tensor:
+        b, _, t, _ = x.shape
+        return x.transpose(1, 2).reshape(b, t, self.embed_dim)  # [B, T, d]
+
+    def _attend(self, q, k, v, key_padding_mask, causal, need_weights):
+        p = self.dropout if self.training else 0.0
+        out, weights = scaled_dot_product(q, k, v, key_padding_mask, causal, p, need_weights)
+        return self.out_proj(self._merge_heads(out)), weights
+
+    def get_state(self, incremental_state: Dict) -> Optional[Dict[str, Tensor]]:
+        return incremental_state.get(self._state_key)
+
+    def reorder_incremental_state(self, incremental_state: Dict, new_order: Tensor):
+        """Beam search moved hypotheses: row i of the new batch is row new_order[i] of the old."""
+        state = self.get_state(incremental_state) if incremental_state is not None else None
+        if state is not None:
+            for name, value in state.items():
+                if torch.is_tensor(value):
+                    state[name] = value.index_select(0, new_order)
+        return incremental_state
+
+
+class FusedSelfAttention(_MultiheadBase):
+    """Self-attention with one packed QKV projection (§3.2.2: h heads of d_k = d_model / h)."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0):
+        super().__init__(embed_dim, num_heads, dropout)
+        self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim)
+
+    def forward(
+        self,
+        x: Tensor,
+        key_padding_mask: Optional[Tensor] = None,
+        causal: bool = False,
+        incremental_state: Optional[Dict] = None,
+        need_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        """x: [B, T, d]. With `incremental_state`, x holds only the newest step(s) and attends to
+        every step cached so far (causality holds by construction, so no mask is needed)."""
+        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # 3 x [B, T, d]
+        q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
+        if incremental_state is not None:
+            k, v = self._append_to_cache(incremental_state, k, v)
+            causal = causal and q.size(-2) > 1 and q.size(-2) == k.size(-2)
+        return self._attend(q, k, v, key_padding_mask, causal, need_weights)
+
+    def _append_to_cache(self, incremental_state: Dict, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
+        state = self.get_state(incremental_state)
+        new = k.size(2)
+        if state is None:
+            b, h, _, d = k.shape
+            capacity = max(16, 2 * new)
+            state = {"k": k.new_empty(b, h, capacity, d), "v": v.new_empty(b, h, capacity, d), "length": 0}
+            incremental_state[self._state_key] = state
+        length = state["length"]
+        if length + new > state["k"].size(2):
+            # Double the capacity: amortised O(1) copies per step instead of a cat every step.
+            grow = max(state["k"].size(2), new)
+            state["k"] = torch.cat([state["k"], state["k"].new_empty(*k.shape[:2], grow, k.size(3))], dim=2)
+            state["v"] = torch.cat([state["v"], state["v"].new_empty(*v.shape[:2], grow, v.size(3))], dim=2)
+        state["k"][:, :, length:length + new] = k
+        state["v"][:, :, length:length + new] = v
+        state["length"] = length + new
+        return state["k"][:, :, : length + new], state["v"][:, :, : length + new]
+
+
+class FusedEncoderDecoderAttention(_MultiheadBase):
+    """Encoder-decoder attention: queries from the decoder, one packed KV projection of the
+    encoder output (§3.2.3)."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0):
+        super().__init__(embed_dim, num_heads, dropout)
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.kv_proj = nn.Linear(embed_dim, 2 * embed_dim)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        memory_padding_mask: Optional[Tensor] = None,
+        incremental_state: Optional[Dict] = None,
+        need_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        """x: [B, T, d] decoder states; memory: [B, S, d] encoder output; mask [B, S]."""
+        q = self._split_heads(self.q_proj(x))  # [B, H, T, d_k]
+        state = self.get_state(incremental_state) if incremental_state is not None else None
+        if state is None:
+            k, v = self.kv_proj(memory).chunk(2, dim=-1)  # 2 x [B, S, d]
+            k, v = self._split_heads(k), self._split_heads(v)
+            if incremental_state is not None:
+                # The encoder output is fixed for the whole sentence: project it once.
+                incremental_state[self._state_key] = {"k": k, "v": v}
+        else:
+            k, v = state["k"], state["v"]
+        return self._attend(q, k, v, memory_padding_mask, False, need_weights)

@@ -1,0 +1,1 @@
+"""fairseq learning-rate schedulers (registered on import)."""

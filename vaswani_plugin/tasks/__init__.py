@@ -1,0 +1,1 @@
+"""fairseq tasks (registered on import)."""
