@@ -1,13 +1,6 @@
 """Shared helpers for the tests: seeded RNG and small fairseq dictionaries/tasks."""
-import os
-import sys
-
 import pytest
 import torch
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 
 @pytest.fixture(autouse=True)

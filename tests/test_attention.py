@@ -63,17 +63,24 @@ def test_scaled_dot_product_matches_eq1_fp32(case, need_weights):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_scaled_dot_product_bf16_close_to_reference(case):
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_scaled_dot_product_bf16_values_and_gradients_close_to_reference(case, need_weights):
     b, h, d = 2, 2, 16
     q, k, v = (torch.randn(b, h, n, d) for n in (case["t"], case["s"], case["s"]))
     mask = padding_mask(case["mask"][:b], case["s"]) if case["mask"] else None
-    for need_weights in (False, True):
-        out, _ = scaled_dot_product(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, case["causal"],
-                                    need_weights=need_weights)
-        assert out.dtype == torch.bfloat16
-        # bf16 has an 8-bit mantissa: relative error about 2^-8 per rounding, a few roundings deep.
-        torch.testing.assert_close(out.double(), reference_attention(q, k, v, mask, case["causal"]),
-                                   atol=3e-2, rtol=3e-2)
+    q16, k16, v16 = (x.bfloat16().requires_grad_() for x in (q, k, v))
+    out, _ = scaled_dot_product(q16, k16, v16, mask, case["causal"], need_weights=need_weights)
+    assert out.dtype == torch.bfloat16
+    # bf16 keeps 8 mantissa bits: relative error about 2^-8 per rounding, a few roundings deep.
+    torch.testing.assert_close(out.double(), reference_attention(q, k, v, mask, case["causal"]),
+                               atol=3e-2, rtol=3e-2)
+    g = torch.randn_like(out, dtype=torch.float32)
+    grads = torch.autograd.grad((out.float() * g).sum(), (q16, k16, v16))
+    qd, kd, vd = (x.double().requires_grad_() for x in (q, k, v))
+    ref_grads = torch.autograd.grad((reference_attention(qd, kd, vd, mask, case["causal"]) * g.double()).sum(),
+                                    (qd, kd, vd))
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got.double(), want, atol=6e-2, rtol=6e-2)
 
 
 def _fairseq_mha_like(ours, self_attention):

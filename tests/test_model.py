@@ -1,12 +1,16 @@
 """The registered model: names, presets, shapes, parameter counts, incremental decoding."""
 import pytest
 import torch
+from fairseq.criterions import CRITERION_REGISTRY
 from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
 
 from conftest import FakeTask, make_dictionary
 from helpers import build_from_cli
+from vaswani_plugin.criterions.label_smoothed_xent import LabelSmoothedXentCriterion
 from vaswani_plugin.errors import ConfigError
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
+from vaswani_plugin.optim.inverse_sqrt_warmup import InverseSqrtWarmupSchedule
 
 PRESETS = {
     # name: (N, d_model, d_ff, h, P_drop) from Table 3 / §6.1 / §6.3
@@ -26,6 +30,8 @@ def test_names_resolve_through_fairseq_registries():
     assert MODEL_REGISTRY["vaswani_transformer"] is VaswaniTransformerModel
     for name in PRESETS:
         assert ARCH_MODEL_REGISTRY[name] is VaswaniTransformerModel
+    assert CRITERION_REGISTRY["label_smoothed_xent"] is LabelSmoothedXentCriterion
+    assert LR_SCHEDULER_REGISTRY["inverse_sqrt_warmup"] is InverseSqrtWarmupSchedule
 
 
 @pytest.mark.parametrize("arch", sorted(PRESETS))
@@ -35,7 +41,7 @@ def test_every_preset_builds_with_its_table_values_and_trains(arch):
     cfg = model.encoder.layers[0]
     assert len(model.encoder.layers) == len(model.decoder.layers) == layers
     assert cfg.self_attn.embed_dim == d and cfg.self_attn.num_heads == h and cfg.ffn.fc1.out_features == d_ff
-    assert model.encoder.dropout == p and cfg.attn_block.dropout == p
+    assert model.encoder.embedding.dropout == p and cfg.attn_block.dropout == p
     src = torch.randint(4, 24, (2, 5))
     prev = torch.randint(4, 24, (2, 4))
     logits, extra = model(src, torch.tensor([5, 5]), prev)
@@ -47,7 +53,7 @@ def test_every_preset_builds_with_its_table_values_and_trains(arch):
 def test_user_flags_override_the_preset():
     model = build_from_cli("vaswani_transformer_big", FakeTask(make_dictionary(20)), "--dropout", "0.2",
                            "--encoder-layers", "2")
-    assert model.encoder.dropout == 0.2 and len(model.encoder.layers) == 2 and len(model.decoder.layers) == 6
+    assert model.encoder.embedding.dropout == 0.2 and len(model.encoder.layers) == 2 and len(model.decoder.layers) == 6
 
 
 @pytest.mark.parametrize("ours,theirs,expected_millions", [
@@ -65,13 +71,13 @@ def test_parameter_counts_equal_fairseq_for_the_same_shapes(ours, theirs, expect
 def test_three_way_tying_with_joined_dictionary_two_way_otherwise():
     d = make_dictionary(30)
     tied = build_from_cli("vaswani_transformer_tiny", FakeTask(d), "--share-all-embeddings")
-    assert tied.encoder.embed_tokens.weight is tied.decoder.embed_tokens.weight
+    assert tied.encoder.embedding.embed_tokens.weight is tied.decoder.embedding.embed_tokens.weight
     two = build_from_cli("vaswani_transformer_tiny", FakeTask(d, make_dictionary(40))).eval()
-    assert two.encoder.embed_tokens.weight is not two.decoder.embed_tokens.weight
+    assert two.encoder.embedding.embed_tokens.weight is not two.decoder.embedding.embed_tokens.weight
     logits, _ = two(torch.tensor([[5, 6, 2]]), None, torch.tensor([[2, 7]]))
     # the pre-softmax projection is the target embedding (§3.4): logits = h E^T
     features, _ = two.decoder.extract_features(torch.tensor([[2, 7]]), two.encoder(torch.tensor([[5, 6, 2]])))
-    torch.testing.assert_close(logits, features @ two.decoder.embed_tokens.weight.t())
+    torch.testing.assert_close(logits, features @ two.decoder.embedding.embed_tokens.weight.t())
 
 
 @pytest.mark.parametrize("flags,message", [

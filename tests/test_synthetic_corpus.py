@@ -12,12 +12,10 @@ from collections import Counter
 
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO_ROOT not in sys.path:
-    sys.path.insert(0, REPO_ROOT)
+from vaswani_plugin.data import lexicon
+from vaswani_plugin.data.synthetic_corpus import generate_pairs, main, write_corpus
 
-from vaswani_plugin.data import lexicon  # noqa: E402
-from vaswani_plugin.data.synthetic_corpus import generate_pairs, main, write_corpus  # noqa: E402
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # --------------------------------------------------------------------- independent grammar
 # Key: (determiner type, case, "m"/"f"/"n"/"pl").
