@@ -9,7 +9,6 @@ Departures from the paper, each pinned by a test:
   `--left-pad-target False`): the causal mask alone then hides every pad from every real query;
 - `--positional-layout fairseq` and `--normalize-before` exist only to express fairseq checkpoints.
 """
-import math
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
@@ -27,7 +26,7 @@ from omegaconf import II
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from ..modules import DecoderLayer, EncoderLayer, SinusoidalPositions
+from ..modules import DecoderLayer, EncoderLayer, ScaledEmbedding
 
 
 @dataclass
@@ -84,14 +83,11 @@ def _embedding(dictionary, d_model: int) -> nn.Embedding:
 
 
 class VaswaniEncoder(FairseqEncoder):
-    """Embedding * sqrt(d_model) + positions -> dropout -> N encoder layers (§3.1, §3.4, §3.5)."""
+    """Scaled embedding + positions -> N encoder layers (§3.1, §3.4, §3.5)."""
 
     def __init__(self, cfg, dictionary, embed_tokens: nn.Embedding):
         super().__init__(dictionary)
-        self.embed_tokens = embed_tokens
-        self.embed_scale = math.sqrt(cfg.d_model)
-        self.positions = SinusoidalPositions(cfg.d_model, dictionary.pad(), cfg.positional_layout)
-        self.dropout = cfg.dropout
+        self.embedding = ScaledEmbedding(embed_tokens, cfg.positional_layout, cfg.dropout)
         self.layers = nn.ModuleList(
             EncoderLayer(cfg.d_model, cfg.attention_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout,
                          cfg.relu_dropout, cfg.normalize_before)
@@ -106,8 +102,7 @@ class VaswaniEncoder(FairseqEncoder):
         padding_mask = src_tokens.eq(self.dictionary.pad())  # [B, S]
         if not padding_mask.any():
             padding_mask = None  # lets attention take its unmasked (fastest) path
-        x = self.embed_tokens(src_tokens) * self.embed_scale + self.positions(src_tokens)  # [B, S, d]
-        x = F.dropout(x, p=self.dropout, training=self.training)
+        x = self.embedding(src_tokens)  # [B, S, d]
         for layer in self.layers:
             x = layer(x, padding_mask)
         if self.final_norm is not None:
@@ -125,14 +120,11 @@ class VaswaniEncoder(FairseqEncoder):
 
 
 class VaswaniDecoder(FairseqIncrementalDecoder):
-    """Embedding * sqrt(d_model) + positions -> dropout -> N decoder layers -> tied projection."""
+    """Scaled embedding + positions -> N decoder layers -> tied projection (§3.1, §3.4)."""
 
     def __init__(self, cfg, dictionary, embed_tokens: nn.Embedding):
         super().__init__(dictionary)
-        self.embed_tokens = embed_tokens
-        self.embed_scale = math.sqrt(cfg.d_model)
-        self.positions = SinusoidalPositions(cfg.d_model, dictionary.pad(), cfg.positional_layout)
-        self.dropout = cfg.dropout
+        self.embedding = ScaledEmbedding(embed_tokens, cfg.positional_layout, cfg.dropout)
         self.layers = nn.ModuleList(
             DecoderLayer(cfg.d_model, cfg.attention_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout,
                          cfg.relu_dropout, cfg.normalize_before)
@@ -163,11 +155,7 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, alignment_layer=None,
                          **unused):
-        incremental = incremental_state is not None
-        tokens = prev_output_tokens[:, -1:] if incremental else prev_output_tokens
-        pos = self.positions(prev_output_tokens, last_step_only=incremental)  # [B, T, d]
-        x = self.embed_tokens(tokens) * self.embed_scale + pos  # [B, T, d]
-        x = F.dropout(x, p=self.dropout, training=self.training)
+        x = self.embedding(prev_output_tokens, last_step_only=incremental_state is not None)  # [B, T, d]
         memory = encoder_out["memory"]
         memory_padding_mask = encoder_out.get("memory_padding_mask")
         if alignment_layer is None:
@@ -185,7 +173,7 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
 
     def output_layer(self, features: Tensor) -> Tensor:
         """Pre-softmax linear transformation, sharing the target embedding's weights (§3.4)."""
-        return F.linear(features, self.embed_tokens.weight)  # [B, T, V]
+        return F.linear(features, self.embedding.embed_tokens.weight)  # [B, T, V]
 
     def make_generation_fast_(self, need_attn: bool = False, **unused):
         self.need_attn = need_attn
