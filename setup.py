@@ -34,6 +34,7 @@ setup(
         "console_scripts": [
             "vaswani-user-dir=vaswani_plugin.cli.user_dir:main",
             "vaswani-average-checkpoints=vaswani_plugin.cli.average_checkpoints:main",
+            "vaswani-convert=vaswani_plugin.convert:main",
         ],
     },
 )

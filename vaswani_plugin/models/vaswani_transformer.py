@@ -7,7 +7,8 @@ Departures from the paper, each pinned by a test:
 - the smoothed loss and the warmup schedule live in the criterion and scheduler, not here;
 - decoder self-attention relies on targets being right-padded (fairseq's default,
   `--left-pad-target False`): the causal mask alone then hides every pad from every real query;
-- `--positional-layout fairseq` and `--normalize-before` exist only to express fairseq checkpoints.
+- `--positional-layout fairseq`, `--normalize-before` and `--untie-output-projection` exist only to
+  express fairseq checkpoints (see `vaswani_plugin.convert`).
 """
 from dataclasses import dataclass, field
 from typing import Dict, Optional
@@ -55,6 +56,12 @@ class VaswaniTransformerConfig(FairseqDataclass):
         metadata={"help": "sinusoid layout: 'paper' (§3.5, interleaved sin/cos, first token at position 0) "
                           "or 'fairseq' (fairseq's transformer: sines then cosines, offset padding_idx+1)"},
     )
+    untie_output_projection: bool = field(
+        default=False,
+        metadata={"help": "a separate pre-softmax projection instead of the target embedding's weights: "
+                          "departs from §3.4; exists for fairseq checkpoints without "
+                          "--share-decoder-input-output-embed"},
+    )
     max_source_positions: int = II("task.max_source_positions")
     max_target_positions: int = II("task.max_target_positions")
 
@@ -69,6 +76,9 @@ def _check_config(cfg, task) -> None:
     for name in ("dropout", "attention_dropout", "relu_dropout"):
         if not 0.0 <= getattr(cfg, name) < 1.0:
             raise ConfigError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(cfg, name)}")
+    if cfg.share_all_embeddings and cfg.untie_output_projection:
+        raise ConfigError("--untie-output-projection contradicts --share-all-embeddings (which ties the "
+                          "pre-softmax projection too)")
     if cfg.share_all_embeddings and task.source_dictionary != task.target_dictionary:
         raise ConfigError("--share-all-embeddings needs a joined dictionary "
                          "(fairseq-preprocess --joined-dictionary, or --srcdict and --tgtdict the same file)")
@@ -131,6 +141,11 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
             for _ in range(cfg.decoder_layers)
         )
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.normalize_before else None
+        # Not the paper's (§3.4 ties it to the target embedding): fairseq's untied pre-softmax projection.
+        self.output_projection = None
+        if cfg.untie_output_projection:
+            self.output_projection = nn.Linear(cfg.d_model, len(dictionary), bias=False)
+            nn.init.normal_(self.output_projection.weight, mean=0.0, std=cfg.d_model ** -0.5)
         self.max_target_positions = cfg.max_target_positions
         # fairseq switches this on for --print-alignment (make_generation_fast_); training and plain
         # beam search then skip the explicit attention-weights path.
@@ -173,6 +188,8 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
 
     def output_layer(self, features: Tensor) -> Tensor:
         """Pre-softmax linear transformation, sharing the target embedding's weights (§3.4)."""
+        if self.output_projection is not None:
+            return self.output_projection(features)  # [B, T, V]
         return F.linear(features, self.embedding.embed_tokens.weight)  # [B, T, V]
 
     def make_generation_fast_(self, need_attn: bool = False, **unused):
@@ -207,7 +224,7 @@ def _init_linear_layers(module: nn.Module) -> None:
     """Xavier-uniform weights and zero biases. A packed projection is initialised block by block, so
     it starts exactly as the separate Q, K, V (or K, V) projections would."""
     for name, sub in module.named_modules():
-        if isinstance(sub, nn.Linear):
+        if isinstance(sub, nn.Linear) and not name.endswith("output_projection"):  # initialised like an embedding
             blocks = 3 if name.endswith("qkv_proj") else 2 if name.endswith("kv_proj") else 1
             for block in sub.weight.data.chunk(blocks, dim=0):
                 nn.init.xavier_uniform_(block)
