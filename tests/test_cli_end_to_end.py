@@ -120,11 +120,13 @@ def test_checkpoint_with_namespace_loads_and_other_globals_stay_refused(trained,
         torch.load(tmp_path / "with_decimal.pt")
 
 
-def test_interactive_and_hub_interface(trained):
+def test_interactive_from_anywhere_with_vaswani_user_dir_and_hub_interface(trained, tmp_path):
+    user_dir = run("vaswani-user-dir").stdout.strip()
+    assert user_dir == os.path.join(ROOT, "vaswani_plugin")  # the editable install points at this checkout
     src = (trained["work"] / "test.en").read_text(encoding="utf-8").splitlines()[:3]
-    proc = run("fairseq-interactive", trained["bin"], "--user-dir", "vaswani_plugin", "--path",
+    proc = run("fairseq-interactive", trained["bin"], "--user-dir", user_dir, "--path",
                trained["ckpt"] / "checkpoint_last.pt", "--beam", 4, "--source-lang", "en", "--target-lang", "de",
-               stdin="\n".join(src) + "\n")
+               stdin="\n".join(src) + "\n", cwd=tmp_path)
     assert sum(line.startswith("H-") for line in proc.stdout.splitlines()) == 3
 
     from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
