@@ -1,4 +1,9 @@
-"""Build models the way fairseq-train does: argparse flags -> preset -> omegaconf -> build_model."""
+"""Test helpers: build models the way fairseq-train does (argparse flags -> preset -> omegaconf ->
+build_model), run the command-line tools, write small parallel corpora."""
+import os
+import subprocess
+import sys
+
 from fairseq import options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.models import build_model
@@ -18,3 +23,26 @@ def build_from_cli(arch, task, *flags):
     """Our model or fairseq's, built from command-line flags against a (fake) task."""
     cfg = cli_config(arch, *flags)
     return build_model(cfg.model, task)
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+
+
+def run_tool(tool, *args, check=True, stdin=None, cwd=ROOT, timeout=600):
+    """Run a console script of the venv (`fairseq-train`) or a module (`vaswani_plugin.convert`) on
+    one thread; with `check`, a non-zero exit fails the test with the end of stderr."""
+    command = [sys.executable, "-m", tool] if "." in tool else [os.path.join(BIN, tool)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([*command, *map(str, args)], cwd=cwd, env=env, input=stdin, capture_output=True,
+                          text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{tool} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def write_parallel_splits(work, splits, src="en", tgt="de"):
+    """Write {split: [(source, target), ...]} as fairseq-preprocess's SPLIT.SRC / SPLIT.TGT files."""
+    for split, pairs in splits.items():
+        for side, lang in ((0, src), (1, tgt)):
+            (work / f"{split}.{lang}").write_text("".join(p[side] + "\n" for p in pairs), encoding="utf-8")

@@ -6,29 +6,17 @@ weights-only loading, one-line errors).
 """
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
+from helpers import ROOT, run_tool as run, write_parallel_splits
 from vaswani_plugin.data.synthetic_corpus import generate_pairs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.dirname(sys.executable)
 TINY = ["--encoder-layers", "1", "--decoder-layers", "1", "--d-model", "32", "--d-ff", "64",
         "--attention-heads", "2"]
 WARMUP, D_MODEL = 8, 32
 N_TEST = 21  # not a multiple of 8: fairseq 0.12 would drop the last batch by default
-
-
-def run(tool, *args, check=True, stdin=None, cwd=ROOT):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([os.path.join(BIN, tool), *map(str, args)], cwd=cwd, env=env, input=stdin,
-                          capture_output=True, text=True, timeout=600)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{tool} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return proc
 
 
 def eq3(step, d_model=D_MODEL, warmup=WARMUP):
@@ -48,9 +36,7 @@ def train_flags(data, save_dir, max_update):
 def trained(tmp_path_factory):
     work = tmp_path_factory.mktemp("e2e")
     pairs = generate_pairs(300 + N_TEST, seed=5)
-    for split, chunk in (("train", pairs[:280]), ("valid", pairs[280:300]), ("test", pairs[300:])):
-        for side, lang in ((0, "en"), (1, "de")):
-            (work / f"{split}.{lang}").write_text("".join(p[side] + "\n" for p in chunk), encoding="utf-8")
+    write_parallel_splits(work, {"train": pairs[:280], "valid": pairs[280:300], "test": pairs[300:]})
     run("fairseq-preprocess", "--source-lang", "en", "--target-lang", "de", "--trainpref", work / "train",
         "--validpref", work / "valid", "--testpref", work / "test", "--destdir", work / "bin",
         "--joined-dictionary", "--workers", 1)

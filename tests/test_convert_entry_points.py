@@ -7,42 +7,26 @@ produce exactly what fairseq's original produces.
 One module-scoped fixture makes the corpus, the sentencepiece model, the binarised data, the trained
 fairseq checkpoint and its conversion.
 """
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
+from helpers import run_tool as run, write_parallel_splits
 from vaswani_plugin.data import spm
 from vaswani_plugin.data.synthetic_corpus import generate_pairs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.dirname(sys.executable)
 N_TEST = 11
 FAIRSEQ_TINY = ["--arch", "transformer_wmt_en_de", "--encoder-layers", "1", "--decoder-layers", "1",
                 "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
                 "--decoder-attention-heads", "2"]  # untied output projection and separate dictionaries
 
 
-def run(tool, *args, stdin=None):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    command = [sys.executable, "-m", tool] if "." in tool else [os.path.join(BIN, tool)]
-    proc = subprocess.run([*command, *map(str, args)], cwd=ROOT, env=env, input=stdin, capture_output=True,
-                          text=True, timeout=600)
-    if proc.returncode != 0:
-        raise AssertionError(f"{tool} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return proc
-
-
 @pytest.fixture(scope="module")
 def drop_in(tmp_path_factory):
     work = tmp_path_factory.mktemp("drop_in")
     pairs = generate_pairs(300 + N_TEST, seed=11)
-    for split, chunk in (("train", pairs[:290]), ("valid", pairs[290:300]), ("test", pairs[300:])):
-        for side, lang in ((0, "en"), (1, "de")):
-            (work / f"{split}.{lang}").write_text("".join(p[side] + "\n" for p in chunk), encoding="utf-8")
+    write_parallel_splits(work, {"train": pairs[:290], "valid": pairs[290:300], "test": pairs[300:]})
     spm.train([str(work / "train.en"), str(work / "train.de")], str(work / "spm"), vocab_size=300, threads=1)
     for split in ("train", "valid", "test"):
         for lang in ("en", "de"):

@@ -13,7 +13,6 @@ Departures from the paper, each pinned by a test:
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
-import torch
 import torch.nn.functional as F
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
