@@ -35,6 +35,8 @@ setup(
             "vaswani-user-dir=vaswani_plugin.cli.user_dir:main",
             "vaswani-average-checkpoints=vaswani_plugin.cli.average_checkpoints:main",
             "vaswani-convert=vaswani_plugin.convert:main",
+            "vaswani-parse-prepare=vaswani_plugin.parsing.prepare:main",
+            "vaswani-parse-score=vaswani_plugin.parsing.score_cli:main",
         ],
     },
 )

@@ -4,6 +4,7 @@ Importing this package (fairseq does it for `--user-dir`) registers, explicitly:
 - model `vaswani_transformer` and its presets (`models/`),
 - criterion `label_smoothed_xent` (`criterions/`),
 - lr scheduler `inverse_sqrt_warmup` (`optim/`),
+- task `constituency_parsing` (`tasks/`, §6.3),
 and allows the few non-tensor types fairseq checkpoints hold through torch's weights-only loader.
 """
 import os
@@ -12,6 +13,7 @@ from . import checkpoint_safety  # noqa: F401
 from .criterions import label_smoothed_xent  # noqa: F401
 from .models import presets, vaswani_transformer  # noqa: F401
 from .optim import inverse_sqrt_warmup  # noqa: F401
+from .tasks import constituency_parsing  # noqa: F401
 
 __version__ = "0.1.0"
 
