@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Benchmark: constituency parsing (§6.3) on the Penn Treebank sample, on CPU.
+#
+#   bash benchmarks/ptb_sample_parsing.sh
+#
+# Trains on wsj_0001-wsj_0159 (3,396 trees) for a fixed wall-clock budget, then decodes the dev
+# files wsj_0160-wsj_0179 (273 trees) with the paper's parsing settings (beam 21, lenpen 0.3,
+# max length = input + 300), without and with constrained decoding, and prints a Markdown block with
+# EVALB (COLLINS) F1 and the malformed-output rates (benchmarks/RESULTS.md holds the numbers).
+# The last checkpoint is decoded, so dev plays no part in choosing it.
+#
+# The treebank is read in place and never copied into the repository. Settings through the
+# environment: PTB (the sample's directory), WORK_DIR (default: ptb-parsing-work/ at the repository
+# root), THREADS (1), TRAIN_HOURS (0.33), MAX_TOKENS, LR, WARMUP, VOCAB, BEAM, and the model's LAYERS
+# (per stack), D_MODEL, D_FF, HEADS, DROPOUT.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PTB="${PTB:-/work/shared/data/ptb_sample}"
+WORK_DIR="${WORK_DIR:-$ROOT/ptb-parsing-work}"
+THREADS="${THREADS:-1}"
+TRAIN_HOURS="${TRAIN_HOURS:-0.33}"
+MAX_TOKENS="${MAX_TOKENS:-4096}"
+LR="${LR:-2e-3}"
+WARMUP="${WARMUP:-400}"
+VOCAB="${VOCAB:-4000}"
+BEAM="${BEAM:-21}"
+LAYERS="${LAYERS:-2}"
+D_MODEL="${D_MODEL:-128}"
+D_FF="${D_FF:-512}"
+HEADS="${HEADS:-4}"
+DROPOUT="${DROPOUT:-0.3}"
+MODEL=(--arch vaswani_transformer --encoder-layers "$LAYERS" --decoder-layers "$LAYERS" --d-model "$D_MODEL"
+       --d-ff "$D_FF" --attention-heads "$HEADS" --dropout "$DROPOUT")
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+if [[ -z "${VIRTUAL_ENV:-}" ]]; then
+  # shellcheck disable=SC1091
+  source "$ROOT/.venv/bin/activate"
+fi
+export OMP_NUM_THREADS="$THREADS"
+cd "$ROOT"
+mkdir -p "$WORK_DIR"
+
+train=()
+dev=()
+for file in "$PTB"/wsj_*.mrg; do
+  number=${file##*/wsj_}
+  number=$((10#${number%.mrg}))
+  if ((number <= 159)); then train+=("$file"); elif ((number <= 179)); then dev+=("$file"); fi
+done
+if ((${#train[@]} == 0 || ${#dev[@]} == 0)); then
+  echo "ptb_sample_parsing: error: no wsj_*.mrg files for train and dev in $PTB" >&2
+  exit 1
+fi
+
+step "preparing ${#train[@]} train and ${#dev[@]} dev files into $WORK_DIR/data"
+rm -rf "$WORK_DIR/data"
+python -m vaswani_plugin.parsing.prepare --train "${train[@]}" --valid "${dev[@]}" \
+  --out "$WORK_DIR/data" --scheme vinyals --vocab-size "$VOCAB"
+
+step "fairseq-train for $TRAIN_HOURS h on $THREADS threads"
+rm -rf "$WORK_DIR/checkpoints"
+train_start=$SECONDS
+fairseq-train "$WORK_DIR/data" --user-dir vaswani_plugin --task constituency_parsing "${MODEL[@]}" \
+  --criterion label_smoothed_xent --label-smoothing 0.1 \
+  --optimizer adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-9 \
+  --lr-scheduler inverse_sqrt_warmup --warmup-updates "$WARMUP" --lr "$LR" --lr-as-peak \
+  --max-tokens "$MAX_TOKENS" --stop-time-hours "$TRAIN_HOURS" --max-epoch 1000 --seed 1 \
+  --save-dir "$WORK_DIR/checkpoints" --no-epoch-checkpoints --save-interval 5 \
+  --log-interval 50 --log-format simple 2>&1 | tee "$WORK_DIR/train.log"
+train_seconds=$((SECONDS - train_start))
+
+for mode in plain constrained; do
+  flags=()
+  if [[ $mode == constrained ]]; then flags=(--constrained-decoding); fi
+  step "fairseq-generate dev --beam $BEAM --lenpen 0.3 --max-len-a 1 --max-len-b 300 ($mode)"
+  decode_start=$SECONDS
+  fairseq-generate "$WORK_DIR/data" --user-dir vaswani_plugin --task constituency_parsing \
+    --path "$WORK_DIR/checkpoints/checkpoint_last.pt" --gen-subset valid \
+    --beam "$BEAM" --lenpen 0.3 --max-len-a 1 --max-len-b 300 --batch-size 32 \
+    --required-batch-size-multiple 1 --trees-output "$WORK_DIR/dev.$mode.trees" "${flags[@]}" \
+    > "$WORK_DIR/generate.$mode.out"
+  echo "$((SECONDS - decode_start))" > "$WORK_DIR/decode_seconds.$mode"
+done
+
+step "results"
+commit=$(git rev-parse --short HEAD)
+if [[ -n $(git status --porcelain -- vaswani_plugin benchmarks) ]]; then commit="$commit + uncommitted changes"; fi
+last_valid=$(grep "valid on 'valid' subset" "$WORK_DIR/train.log" | tail -n 1 | sed 's/.*| epoch \([0-9]*\) .*| loss \([0-9.]*\) .*num_updates \([0-9]*\).*/epoch \1, update \3, dev loss \2/')
+cat <<EOF
+- machine: $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc --all) cores, OMP_NUM_THREADS=$THREADS
+- torch $(python -c 'import torch; print(torch.__version__)'), fairseq $(python -c 'import fairseq; print(fairseq.__version__)' 2>/dev/null), commit $commit
+- data: train ${#train[@]} files ($(wc -l < "$WORK_DIR/data/gold/train.trees") trees), dev ${#dev[@]} files ($(wc -l < "$WORK_DIR/data/gold/valid.trees") trees); vinyals scheme; sentencepiece BPE, $(python -c "import json; print(json.load(open('$WORK_DIR/data/parse_config.json'))['vocab_size'])") source pieces
+- model: ${MODEL[*]}
+- training: $train_seconds s wall clock (--stop-time-hours $TRAIN_HOURS), ended at $last_valid; Adam (0.9, 0.98, 1e-9), inverse_sqrt_warmup peak $LR after $WARMUP updates, ~$MAX_TOKENS tokens per batch, label smoothing 0.1
+- decoding: last checkpoint, beam $BEAM, lenpen 0.3, max length = source pieces + 300
+
+| dev (wsj_0160-0179) | EVALB F1 | recall | precision | malformed outputs | decode time |
+|---|---|---|---|---|---|
+EOF
+for mode in plain constrained; do
+  python - "$WORK_DIR/generate.$mode.out" "$mode" "$(cat "$WORK_DIR/decode_seconds.$mode")" <<'PY'
+import re
+import sys
+
+text = open(sys.argv[1], encoding="utf-8").read()
+f1 = re.search(r"F1 = ([\d.]+) \| recall ([\d.]+) precision ([\d.]+)", text)
+bad = re.search(r"malformed outputs (\d+)/(\d+) \(([\d.]+)%\) \| repairs: (.*)", text)
+print(f"| {sys.argv[2]} | {f1.group(1)} | {f1.group(2)} | {f1.group(3)} | {bad.group(1)}/{bad.group(2)} "
+      f"({bad.group(3)}%; {bad.group(4)}) | {sys.argv[3]} s |")
+PY
+done
