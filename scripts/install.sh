@@ -27,6 +27,6 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 
 "$VENV/bin/python" -m pip install "torch==$TORCH_VERSION"
-"$VENV/bin/python" -m pip install -e "$ROOT[test]"
+"$VENV/bin/python" -m pip install -e "${ROOT}[test]"
 echo "$want" > "$stamp"
 echo "install.sh: installed vaswani-plugin into $VENV" >&2
