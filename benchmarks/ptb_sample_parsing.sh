@@ -16,7 +16,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PTB="${PTB:-/work/shared/data/ptb_sample}"
+PTB="${PTB:-$ROOT/../shared/data/ptb_sample}"
 WORK_DIR="${WORK_DIR:-$ROOT/ptb-parsing-work}"
 THREADS="${THREADS:-1}"
 TRAIN_HOURS="${TRAIN_HOURS:-0.33}"
