@@ -5,7 +5,7 @@ The paper's base models average the last 5 checkpoints and the big ones the last
 with `--num-update-checkpoints`, or by epoch with `--num-epoch-checkpoints`. fairseq's own averaging
 script is not installed by pip, hence this command.
 
-The output is the newest input with its parameters replaced by the average and its optimizer state
+The output is the first (newest) input with its parameters replaced by the average and its optimizer state
 left out (it belongs to none of the averaged parameters; resume from it with --reset-optimizer). It
 is written to a temporary file first and then renamed, so an interrupted run never leaves a
 half-written OUT.
@@ -14,10 +14,10 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 from collections import OrderedDict
 from typing import List
 
+from ..checkpoint_io import load_checkpoint, raw_model_config, save_atomically
 from ..errors import ConfigError
 
 
@@ -38,67 +38,36 @@ def select_checkpoints(directory: str, count: int, by: str, upper_bound=None) ->
 
 
 def _model_config(state) -> dict:
-    cfg = state.get("cfg") or {}
-    model = cfg.get("model") if isinstance(cfg, dict) else None
-    if model is None and state.get("args") is not None:
-        model = state["args"]
+    model = raw_model_config(state)
     return dict(vars(model)) if isinstance(model, argparse.Namespace) else dict(model or {})
 
 
 def average_checkpoints(paths: List[str]) -> dict:
-    """Element-wise mean of the `model` tensors of `paths`; refuses mismatched architectures."""
-    import torch
-
-    from .. import checkpoint_safety  # noqa: F401  (fairseq checkpoints may hold argparse.Namespace)
-
-    total, first_path, first_cfg, newest = None, None, None, None
-    for path in paths:
-        try:
-            state = torch.load(path, map_location="cpu")
-        except Exception as e:  # a truncated or foreign file: say which
-            raise ConfigError(f"{path}: not a readable fairseq checkpoint ({type(e).__name__}: {str(e)[:200]})")
-        if not isinstance(state, dict) or "model" not in state:
-            raise ConfigError(f"{path}: not a fairseq checkpoint (no 'model' entry)")
+    """Element-wise mean of the `model` tensors of `paths`; refuses mismatched architectures.
+    Everything else comes from the first path (the newest, when chosen by --num-*-checkpoints)."""
+    first = load_checkpoint(paths[0])
+    first_cfg = _model_config(first)
+    total = OrderedDict((name, value.double() if value.is_floating_point() else value)
+                        for name, value in first["model"].items())
+    for path in paths[1:]:
+        state = load_checkpoint(path)
         params, cfg = state["model"], _model_config(state)
-        if total is None:
-            total, first_path, first_cfg, newest = OrderedDict(), path, cfg, state
-            for name, value in params.items():
-                total[name] = value.double() if value.is_floating_point() else value.clone()
-            continue
         differing = [k for k in sorted(set(cfg) | set(first_cfg), key=str) if cfg.get(k) != first_cfg.get(k)]
         if differing:
             k = differing[0]
-            raise ConfigError(f"{path} and {first_path} have different architectures: "
+            raise ConfigError(f"{path} and {paths[0]} have different architectures: "
                               f"{k} = {cfg.get(k)!r} vs {first_cfg.get(k)!r}")
         if list(params) != list(total) or any(params[k].shape != total[k].shape for k in params):
-            raise ConfigError(f"{path} and {first_path} have different parameter sets")
+            raise ConfigError(f"{path} and {paths[0]} have different parameter sets")
         for name, value in params.items():
             if value.is_floating_point():
                 total[name] += value.double()
-    averaged = OrderedDict()
-    for name, value in total.items():
-        dtype = newest["model"][name].dtype
-        averaged[name] = (value / len(paths)).to(dtype) if value.is_floating_point() else value
-    newest = dict(newest, model=averaged)
-    newest.pop("last_optimizer_state", None)
-    return newest
-
-
-def save_atomically(state: dict, output: str) -> None:
-    import torch
-
-    directory = os.path.dirname(os.path.abspath(output))
-    fd, tmp = tempfile.mkstemp(prefix=".averaging-", suffix=".pt", dir=directory)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give OUT the permissions of any new file
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, output)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    averaged = OrderedDict(
+        (name, (value / len(paths)).to(first["model"][name].dtype) if value.is_floating_point() else value)
+        for name, value in total.items())
+    out = dict(first, model=averaged)
+    out.pop("last_optimizer_state", None)
+    return out
 
 
 def main(argv=None) -> None:

@@ -33,6 +33,7 @@ import os
 import sys
 from collections import OrderedDict
 
+from ..checkpoint_io import load_checkpoint, save_atomically
 from ..errors import ConfigError
 from .config import (
     _full_cfg,
@@ -50,38 +51,6 @@ from .weights import (
 )
 
 _OPTIMIZER_FREE_KEYS = ("criterion", "optimizer_history", "task_state", "extra_state")
-
-
-# ---------------------------------------------------------------------------------------------- I/O
-
-
-def load_checkpoint(path: str) -> dict:
-    """torch.load with one clear line for anything that is not a fairseq checkpoint."""
-    import torch
-
-    from .. import checkpoint_safety  # noqa: F401  (fairseq checkpoints may hold argparse.Namespace)
-
-    with open(path, "rb") as f:
-        head = f.read(4)
-    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # torch.save's zip, or a legacy pickle
-        raise ConfigError(f"{path}: not a checkpoint (starts with {head!r}, not a torch.save file); "
-                          f"expected a .pt file written by fairseq")
-    try:
-        state = torch.load(path, map_location="cpu")
-    except Exception as e:  # truncated, corrupt, foreign pickled classes
-        first = (str(e).strip().splitlines() or [""])[0].split(". ")[0][:160]
-        raise ConfigError(f"{path}: not a readable checkpoint ({type(e).__name__}: {first}); "
-                          f"expected a .pt file written by fairseq") from None
-    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
-        found = f"a {type(state).__name__}" + (f" with keys {sorted(map(str, state))[:6]}"
-                                               if isinstance(state, dict) else "")
-        raise ConfigError(f"{path}: not a fairseq checkpoint (found {found}; expected a dict with "
-                          f"'model' and 'cfg' or 'args')")
-    if state.get("cfg") is None and state.get("args") is None:
-        raise ConfigError(f"{path}: fairseq checkpoint without a configuration (neither 'cfg' nor 'args')")
-    if state.get("fsdp_metadata") is not None:
-        raise ConfigError(f"{path}: a sharded (FSDP) checkpoint; consolidate it into one file first")
-    return state
 
 
 def _kept_state(state: dict, cfg: dict, model: OrderedDict) -> dict:
@@ -188,7 +157,6 @@ def main(argv=None) -> None:
     if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
         parser.error(f"no such directory for OUT.pt: {os.path.dirname(os.path.abspath(args.output))}")
 
-    from ..cli.average_checkpoints import save_atomically
 
     state = load_checkpoint(args.input)
     if args.from_fairseq:

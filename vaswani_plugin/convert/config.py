@@ -5,6 +5,7 @@ import argparse
 import copy
 import dataclasses
 
+from ..checkpoint_io import raw_model_config
 from ..errors import ConfigError
 from .weights import FAIRSEQ_PAD
 
@@ -68,13 +69,6 @@ def _full_cfg(state: dict, path: str) -> dict:
                           f"{str(e)[:200]})") from None
 
 
-def _raw_model_cfg(state: dict):
-    """cfg["model"] (a dict, or a Namespace for fairseq's legacy models), else the legacy `args`."""
-    cfg = state.get("cfg")
-    raw = cfg.get("model") if isinstance(cfg, dict) else None
-    return raw if raw is not None else state.get("args")
-
-
 def _model_namespace(model_cfg) -> argparse.Namespace:
     """A flat Namespace (encoder_embed_dim, ...) from a legacy Namespace or a (nested) dict."""
     if isinstance(model_cfg, argparse.Namespace):
@@ -96,7 +90,7 @@ def fairseq_model_args(state: dict, path: str = "checkpoint") -> argparse.Namesp
     filled in the way fairseq's build_model does."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
 
-    args = _model_namespace(_raw_model_cfg(state))
+    args = _model_namespace(raw_model_config(state))
     arch = getattr(args, "arch", None) or getattr(args, "_name", None)
     model_name = ARCH_MODEL_NAME_REGISTRY.get(arch, arch)
     if model_name != "transformer":
@@ -187,7 +181,7 @@ def vaswani_model_config(state: dict, path: str = "checkpoint") -> dict:
 
     from ..models.vaswani_transformer import VaswaniTransformerConfig
 
-    raw = _raw_model_cfg(state)
+    raw = raw_model_config(state)
     raw = dict(vars(raw)) if isinstance(raw, argparse.Namespace) else dict(raw or {})
     arch = raw.get("_name") or raw.get("arch")
     model_name = ARCH_MODEL_NAME_REGISTRY.get(arch, arch)
