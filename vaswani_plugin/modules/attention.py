@@ -48,18 +48,17 @@ def scaled_dot_product(
     allowed = None  # bool, True where a query may look; None means everywhere
     if key_padding_mask is not None:
         allowed = ~key_padding_mask[:, None, None, :]  # [B, 1, 1, S]
-        if causal:
-            t = q.size(-2)
-            allowed = allowed & torch.ones(t, t, dtype=torch.bool, device=q.device).tril()  # [B, 1, T, S]
+    if causal and (allowed is not None or need_weights):
+        # SDPA's is_causal cannot be combined with a mask, and the explicit path needs the mask itself
+        t = q.size(-2)
+        future_hidden = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()  # [T, S]
+        allowed = future_hidden if allowed is None else allowed & future_hidden  # [B, 1, T, S]
     if not need_weights:
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=allowed, dropout_p=dropout_p, is_causal=causal and allowed is None
         )
         return out, None
     scores = torch.matmul(q, k.transpose(-2, -1)) * q.size(-1) ** -0.5  # [B, H, T, S]
-    if causal and allowed is None:
-        t = q.size(-2)
-        allowed = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)

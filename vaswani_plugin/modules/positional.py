@@ -51,16 +51,16 @@ class SinusoidalPositions(nn.Module):
         self.offset = 0 if layout == "paper" else padding_idx + 1
         self.register_buffer("table", sinusoid_table(initial_size + self.offset, dim, layout), persistent=False)
 
-    def positions(self, tokens: Tensor) -> Tensor:
-        """[B, T] index of each token among its row's real tokens (0 for the first)."""
+    def positions(self, tokens: Tensor, last_step_only: bool = False) -> Tensor:
+        """[B, T] index of each token among its row's real tokens (0 for the first); [B, 1] for the
+        newest token only (a decoding step: a count, not a running sum over the prefix)."""
         real = tokens.ne(self.padding_idx)
-        return (torch.cumsum(real, dim=1) - 1).clamp_(min=0)
+        counts = real.sum(dim=1, keepdim=True) if last_step_only else torch.cumsum(real, dim=1)
+        return (counts - 1).clamp_(min=0)
 
     def forward(self, tokens: Tensor, last_step_only: bool = False) -> Tensor:
         """tokens [B, T] -> encodings [B, T, d] (or [B, 1, d] for the newest step)."""
-        pos = self.positions(tokens) + self.offset
-        if last_step_only:
-            pos = pos[:, -1:]
+        pos = self.positions(tokens, last_step_only) + self.offset
         needed = tokens.size(1) + self.offset  # positions never exceed the row length (no device sync)
         if needed > self.table.size(0):
             grown = sinusoid_table(max(needed, 2 * self.table.size(0)), self.dim, self.layout)

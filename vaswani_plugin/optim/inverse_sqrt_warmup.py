@@ -77,10 +77,6 @@ class InverseSqrtWarmupSchedule(FairseqLRScheduler):
     def lr_at(self, step: int) -> float:
         return inverse_sqrt_warmup_lr(step, self.cfg.warmup_updates, self.scale)
 
-    def step(self, epoch, val_loss=None):
-        super().step(epoch, val_loss)
-        return self.optimizer.get_lr()
-
     def step_update(self, num_updates):
         """Called by fairseq after `num_updates` updates: set the rate for the next one."""
         lr = self.lr_at(num_updates + 1)
