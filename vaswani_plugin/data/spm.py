@@ -11,13 +11,16 @@ import argparse
 import sys
 
 
-def train(inputs, model_prefix: str, vocab_size: int, model_type: str = "bpe", threads: int = 2) -> None:
-    """One vocabulary for all `inputs` (source and target together: joint, as in §5.1)."""
+def train(inputs, model_prefix: str, vocab_size: int, model_type: str = "bpe", threads: int = 2,
+          normalization: str = "nmt_nfkc") -> None:
+    """One vocabulary for all `inputs` (source and target together: joint, as in §5.1).
+    `normalization` is sentencepiece's normalization rule (its default, or "identity")."""
     import sentencepiece as spm
 
     spm.SentencePieceTrainer.train(
         input=",".join(inputs), model_prefix=model_prefix, vocab_size=vocab_size, model_type=model_type,
-        character_coverage=1.0, num_threads=threads, input_sentence_size=10_000_000,
+        normalization_rule_name=normalization, character_coverage=1.0, num_threads=threads,
+        input_sentence_size=10_000_000,
         shuffle_input_sentence=True, minloglevel=2,
         # fairseq-preprocess builds its own dictionary with its own specials: keep spm's out of the text
         bos_id=-1, eos_id=-1, unk_id=0, pad_id=-1,

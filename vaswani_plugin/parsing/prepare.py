@@ -63,17 +63,12 @@ def train_spm(words_file: str, prefix: str, vocab_size: int) -> int:
 
     With little data sentencepiece cannot reach a large vocabulary and says so with the largest size
     it can reach; that size is then used instead (logged)."""
-    import sentencepiece as spm
+    from ..data import spm
 
     size = vocab_size
     for _ in range(3):
         try:
-            spm.SentencePieceTrainer.train(
-                input=words_file, model_prefix=prefix, vocab_size=size, model_type="bpe",
-                character_coverage=1.0, normalization_rule_name="identity", num_threads=1,
-                minloglevel=2, bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0,
-                input_sentence_size=10_000_000, shuffle_input_sentence=True,
-            )
+            spm.train([words_file], prefix, size, model_type="bpe", threads=1, normalization="identity")
             if size != vocab_size:
                 logging.getLogger(__name__).info("sentencepiece: --vocab-size %d is more than the %d pieces the "
                                                  "training words allow; using %d", vocab_size, size, size)
