@@ -4,7 +4,8 @@
 #   bash recipes/quickstart.sh
 #
 # 1. installs the plugin into .venv (scripts/install.sh; skipped when up to date);
-# 2. generates the embedded English -> German-like corpus (50k/1k/1k pairs, vaswani_plugin.data);
+# 2. generates the embedded English -> German-like corpus (50k/1k/1k pairs, vaswani_plugin.data) and
+#    checks it (vaswani_plugin.data.check_parallel);
 # 3. learns a joint sentencepiece vocabulary (§5.1) and encodes the corpus;
 # 4. fairseq-preprocess --joined-dictionary;
 # 5. fairseq-train --user-dir vaswani_plugin --arch vaswani_transformer_tiny with the paper's loss
@@ -49,6 +50,10 @@ start=$SECONDS
 step "generating the embedded corpus in $WORK_DIR/raw"
 python -m vaswani_plugin.data.synthetic_corpus --out "$WORK_DIR/raw" \
   --train "$TRAIN_PAIRS" --valid "$VALID_PAIRS" --test "$TEST_PAIRS"
+# Strict: the generated corpus must be UTF-8, line-aligned and without an empty line; a file and line
+# are named otherwise.
+python -m vaswani_plugin.data.check_parallel check "$WORK_DIR/raw/train.en" "$WORK_DIR/raw/train.de" \
+  "$WORK_DIR/raw/valid.en" "$WORK_DIR/raw/valid.de" "$WORK_DIR/raw/test.en" "$WORK_DIR/raw/test.de"
 
 step "learning a joint sentencepiece vocabulary and encoding"
 python -m vaswani_plugin.data.spm train --inputs "$WORK_DIR/raw/train.en" "$WORK_DIR/raw/train.de" \

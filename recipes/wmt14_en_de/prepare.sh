@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Download and prepare WMT14 en-de (see recipes/README.md): training corpora (checked, resumable,
+# never downloaded twice), newstest2013/2014, cleaning, a shared sentencepiece vocabulary,
+# fairseq-preprocess --joined-dictionary. DRY_RUN=1 prints the commands; SMOKE=1 runs on the embedded
+# corpus. Environment: WORK_DIR (default work/wmt14_en_de), THREADS.
+set -euo pipefail
+RECIPE=wmt14_en_de/prepare.sh
+# shellcheck source=recipes/wmt14_en_de/settings.sh
+source "$(dirname "${BASH_SOURCE[0]}")/settings.sh"
+# shellcheck source=recipes/lib/wmt14.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/wmt14.sh"
+wmt_prepare

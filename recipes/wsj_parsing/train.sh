@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Train vaswani_transformer_parse (§6.3: 4 layers, d_model 1024) on the prepared WSJ data with the
+# base translation model's settings, keeping the checkpoint with the best F1 on section 22. NGPU
+# (default: every GPU nvidia-smi lists), MAX_UPDATE (default 20000; the paper does not give it).
+# DRY_RUN=1 prints the command; SMOKE=1 trains a tiny model on the CPU.
+set -euo pipefail
+RECIPE=wsj_parsing/train.sh
+# shellcheck source=recipes/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
+# shellcheck source=recipes/wsj_parsing/settings.sh
+source "$(dirname "${BASH_SOURCE[0]}")/settings.sh"
+
+require_tool fairseq-train
+require_file "$DATA/parse_config.json"
+arch=vaswani_transformer_parse max_update=${MAX_UPDATE:-20000} warmup=4000 every=1000 gpu_flags=()
+max_len_b=300
+if [[ $SMOKE == 1 ]]; then
+  note "SMOKE: vaswani_transformer_tiny, 10 updates of 512 tokens, one CPU process, no fp16, dev trees" \
+    "of at most input + 20 tokens (an untrained model rarely stops before the length limit)"
+  arch=vaswani_transformer_tiny max_update=10 warmup=5 every=5 MAX_TOKENS=512 UPDATE_FREQ=1 max_len_b=20
+else
+  world=$(gpu_count)
+  batch_for_world "$world"
+  gpu_flags=(--fp16 --distributed-world-size "$world")
+fi
+# --eval-f1 decodes section 22 greedily at every validation; the best F1 picks the checkpoint.
+run fairseq-train "$DATA" --user-dir "$USER_DIR" --task constituency_parsing --arch "$arch" \
+  --optimizer adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-9 \
+  --lr-scheduler inverse_sqrt_warmup --warmup-updates "$warmup" \
+  --criterion label_smoothed_xent --label-smoothing 0.1 \
+  --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --max-update "$max_update" "${gpu_flags[@]}" \
+  "${CPU_FLAGS[@]}" --eval-f1 --eval-f1-args "{\"beam\": 1, \"max_len_a\": 1, \"max_len_b\": $max_len_b}" \
+  --best-checkpoint-metric f1 --maximize-best-checkpoint-metric \
+  --validate-interval-updates "$every" --save-interval-updates "$every" --keep-interval-updates 1 \
+  --no-epoch-checkpoints --save-dir "$CHECKPOINTS" --seed 1 --log-format simple --log-interval 100
+note "$RECIPE: checkpoints in $CHECKPOINTS (checkpoint_best.pt: the best F1 on the dev set)"
