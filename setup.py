@@ -28,7 +28,9 @@ setup(
         'fairseq-fixed>=0.12.3; python_version >= "3.11"',
     ],
     extras_require={
-        "test": ["pytest", "hypothesis"],
+        "test": ["pytest", "hypothesis", "matplotlib"],
+        "plots": ["matplotlib"],  # vaswani-plot
+        "bench": ["ctranslate2"],  # benchmarks/ctranslate2_anchor.py only
     },
     entry_points={
         "console_scripts": [
@@ -37,6 +39,7 @@ setup(
             "vaswani-convert=vaswani_plugin.convert:main",
             "vaswani-parse-prepare=vaswani_plugin.parsing.prepare:main",
             "vaswani-parse-score=vaswani_plugin.parsing.score_cli:main",
+            "vaswani-plot=vaswani_plugin.plot.cli:main",
         ],
     },
 )
