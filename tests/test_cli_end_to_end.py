@@ -7,6 +7,7 @@ weights-only loading, one-line errors).
 import json
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -104,6 +105,15 @@ def test_checkpoint_with_namespace_loads_and_other_globals_stay_refused(trained,
     torch.save(state, tmp_path / "with_decimal.pt")
     with pytest.raises(Exception, match="Unsupported global"):
         torch.load(tmp_path / "with_decimal.pt")
+
+    # numpy numbers (fairseq's --eval-bleu metrics) load; numpy arrays of Python objects do not
+    state["args"] = [np.array([3, 2, 1, 0]), np.float32(0.5), np.array([[1.5]]), np.array([True])]
+    torch.save(state, tmp_path / "with_numbers.pt")
+    assert torch.load(tmp_path / "with_numbers.pt")["args"][0].tolist() == [3, 2, 1, 0]
+    state["args"] = np.array([decimal.Decimal("1.5")], dtype=object)
+    torch.save(state, tmp_path / "with_objects.pt")
+    with pytest.raises(Exception, match="ObjectDType"):
+        torch.load(tmp_path / "with_objects.pt")
 
 
 def test_interactive_from_anywhere_with_vaswani_user_dir_and_hub_interface(trained, tmp_path):
