@@ -46,3 +46,17 @@ def write_parallel_splits(work, splits, src="en", tgt="de"):
     for split, pairs in splits.items():
         for side, lang in ((0, src), (1, tgt)):
             (work / f"{split}.{lang}").write_text("".join(p[side] + "\n" for p in pairs), encoding="utf-8")
+
+
+def preprocess_synthetic(work, sizes, seed=5):
+    """fairseq-preprocess (joined dictionary) on synthetic pairs, {split: count} -> the data-bin dir."""
+    from vaswani_plugin.data.synthetic_corpus import generate_pairs
+
+    pairs, splits = generate_pairs(sum(sizes.values()), seed=seed), {}
+    for split, n in sizes.items():
+        splits[split], pairs = pairs[:n], pairs[n:]
+    write_parallel_splits(work, splits)
+    prefs = [a for split in splits for a in (f"--{split}pref", work / split)]
+    run_tool("fairseq-preprocess", "--source-lang", "en", "--target-lang", "de", *prefs,
+             "--destdir", work / "bin", "--joined-dictionary", "--workers", 1)
+    return work / "bin"

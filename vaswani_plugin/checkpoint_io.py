@@ -2,10 +2,11 @@
 
 `load_checkpoint` turns anything that is not a fairseq checkpoint into one clear line; it loads with
 torch's default weights-only unpickler, which `checkpoint_safety` lets read fairseq's Namespace.
-`save_atomically` never leaves a half-written file behind.
+`save_atomically` and `write_atomically` never leave a half-written file behind.
 """
 import os
 import tempfile
+from collections.abc import Callable
 
 import torch
 
@@ -47,6 +48,11 @@ def raw_model_config(state: dict):
 
 def save_atomically(state: dict, output: str) -> None:
     """torch.save to a temporary file beside OUTPUT, then rename: OUTPUT is whole or untouched."""
+    write_atomically(output, lambda tmp: torch.save(state, tmp))
+
+
+def write_atomically(output: str, write: Callable[[str], object]) -> None:
+    """`write(tmp)` to a temporary file beside OUTPUT, then rename it to OUTPUT (atomic on POSIX)."""
     directory = os.path.dirname(os.path.abspath(output))
     fd, tmp = tempfile.mkstemp(prefix=".partial-", suffix=".pt", dir=directory)
     os.close(fd)
@@ -54,7 +60,7 @@ def save_atomically(state: dict, output: str) -> None:
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give OUT the permissions of any new file
     try:
-        torch.save(state, tmp)
+        write(tmp)
         os.replace(tmp, output)
     finally:
         if os.path.exists(tmp):

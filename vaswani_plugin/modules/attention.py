@@ -42,6 +42,10 @@ def scaled_dot_product(
     `causal` hides key j from query i when j > i (the decoder's §3.2.3 masking; needs T == S).
     Returns the output [B, H, T, d_k] and, when `need_weights`, the weights [B, H, T, S]
     (after dropout, i.e. the ones that multiplied V).
+
+    A query that may look at no key at all (every key padding, e.g. an all-pad row) has no softmax
+    in Eq. 1 (0/0); we define its weights and its output as zeros, with zero gradients, on every
+    kernel, where a plain softmax over -inf would give NaN.
     """
     if causal and q.size(-2) != k.size(-2):
         raise ValueError(f"causal attention needs as many queries as keys, got {q.size(-2)} and {k.size(-2)}")
@@ -53,15 +57,21 @@ def scaled_dot_product(
         t = q.size(-2)
         future_hidden = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()  # [T, S]
         allowed = future_hidden if allowed is None else allowed & future_hidden  # [B, 1, T, S]
+    blind = None  # True for a query that may look at no key; only padding can cause it
+    if key_padding_mask is not None:
+        blind = ~allowed.any(dim=-1, keepdim=True)  # [B, 1, 1 or T, 1]
+        allowed = allowed | blind  # let those rows look everywhere (finite), zeroed below; no sync
     if not need_weights:
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=allowed, dropout_p=dropout_p, is_causal=causal and allowed is None
         )
-        return out, None
+        return (out if blind is None else out.masked_fill(blind, 0.0)), None
     scores = torch.matmul(q, k.transpose(-2, -1)) * q.size(-1) ** -0.5  # [B, H, T, S]
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    if blind is not None:
+        weights = weights.masked_fill(blind, 0.0)
     weights = F.dropout(weights, p=dropout_p, training=dropout_p > 0)
     return torch.matmul(weights, v), weights
 
