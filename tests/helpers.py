@@ -60,3 +60,8 @@ def preprocess_synthetic(work, sizes, seed=5):
     run_tool("fairseq-preprocess", "--source-lang", "en", "--target-lang", "de", *prefs,
              "--destdir", work / "bin", "--joined-dictionary", "--workers", 1)
     return work / "bin"
+
+
+def eq3(step, d_model, warmup):
+    """lrate of Eq. 3 (§5.3), written from the paper: d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)."""
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)

@@ -11,18 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import ROOT, run_tool as run, write_parallel_splits
+from helpers import ROOT, eq3, run_tool as run, write_parallel_splits
 from vaswani_plugin.data.synthetic_corpus import generate_pairs
 
 TINY = ["--encoder-layers", "1", "--decoder-layers", "1", "--d-model", "32", "--d-ff", "64",
         "--attention-heads", "2"]
 WARMUP, D_MODEL = 8, 32
 N_TEST = 21  # not a multiple of 8: fairseq 0.12 would drop the last batch by default
-
-
-def eq3(step, d_model=D_MODEL, warmup=WARMUP):
-    """Eq. 3 of §5.3."""
-    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
 def train_flags(data, save_dir, max_update):
@@ -61,7 +56,7 @@ def test_schedule_follows_eq3_and_survives_resume(trained):
     first, resumed = logged_lrs(trained["first"]), logged_lrs(trained["resumed"])
     assert sorted(first) == list(range(1, 13)) and sorted(resumed) == list(range(13, 17))
     for n, lr in {**first, **resumed}.items():
-        assert lr == pytest.approx(eq3(n + 1), rel=1e-3), n
+        assert lr == pytest.approx(eq3(n + 1, D_MODEL, WARMUP), rel=1e-3), n
     log = trained["resumed"].stderr + trained["resumed"].stdout
     assert "Loaded checkpoint" in log and "@ 12 updates" in log
 

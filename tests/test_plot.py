@@ -10,8 +10,7 @@ from PIL import Image
 from torch import nn
 
 from conftest import FakeTask, make_dictionary
-from helpers import build_from_cli, run_tool, write_parallel_splits
-from test_cli_end_to_end import eq3  # Eq. 3 of §5.3
+from helpers import build_from_cli, eq3, run_tool, write_parallel_splits
 from vaswani_plugin.data import spm
 from vaswani_plugin.data.synthetic_corpus import generate_pairs
 from vaswani_plugin.errors import ConfigError
@@ -139,7 +138,7 @@ def test_logs_in_both_formats_are_read_completely(trained):
 def test_a_checkpoint_saved_after_eval_bleu_loads_weights_only(trained):
     # fairseq keeps --eval-bleu's n-gram counts as numpy arrays in the checkpoint's metrics
     state = torch.load(trained / "ckpt" / "checkpoint_last.pt")  # torch's default, weights_only=True
-    meters = dict((name, meter) for _, name, _, meter in state["extra_state"]["metrics"]["valid"])
+    meters = {name: meter for _, name, _, meter in state["extra_state"]["metrics"]["valid"]}
     assert meters["_bleu_counts"]["sum"].shape == (4,)
     assert state["extra_state"]["train_iterator"]["epoch"] >= 1
 

@@ -3,12 +3,9 @@ import pytest
 import torch
 from fairseq.optim import FairseqOptimizer
 
+from helpers import eq3
 from vaswani_plugin.errors import ConfigError
 from vaswani_plugin.optim.inverse_sqrt_warmup import InverseSqrtWarmupConfig, InverseSqrtWarmupSchedule
-
-
-def eq3(step, d_model, warmup):
-    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
 class SGDOptimizer(FairseqOptimizer):
