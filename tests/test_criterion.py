@@ -8,6 +8,7 @@ from fairseq.logging import metrics
 
 from conftest import FakeTask, make_dictionary
 from helpers import build_from_cli
+from vaswani_plugin.criterions import label_smoothed_xent
 from vaswani_plugin.criterions.label_smoothed_xent import LabelSmoothedXentCriterion
 from vaswani_plugin.errors import ConfigError
 from vaswani_plugin.modules import label_smoothed_nll_loss
@@ -21,11 +22,13 @@ def _sample(pad=1):
             "target": target, "ntokens": int(target.ne(pad).sum())}
 
 
+@pytest.mark.parametrize("untie", [(), ("--untie-output-projection",)])
 @pytest.mark.parametrize("eps,prefix,accuracy", [(0.1, 0, False), (0.0, 0, True), (0.25, 1, True)])
-def test_matches_fairseq_loss_nll_and_gradients(eps, prefix, accuracy):
+def test_matches_fairseq_loss_nll_and_gradients(eps, prefix, accuracy, untie):
+    """Our model takes the fused projection + loss path; fairseq's criterion the unfused one."""
     task = FakeTask(make_dictionary(30))
     model = build_from_cli("vaswani_transformer", task, "--encoder-layers", "1", "--decoder-layers", "1",
-                           "--d-model", "16", "--d-ff", "32", "--attention-heads", "2", "--dropout", "0")
+                           "--d-model", "16", "--d-ff", "32", "--attention-heads", "2", "--dropout", "0", *untie)
     twin = copy.deepcopy(model)
     ours = LabelSmoothedXentCriterion(task, False, eps, prefix, accuracy)
     theirs = LabelSmoothedCrossEntropyCriterion(task, False, eps, prefix, accuracy)
@@ -71,3 +74,27 @@ def test_logged_keys_and_ppl_like_fairseq():
 def test_bad_label_smoothing_names_the_flag():
     with pytest.raises(ConfigError, match="--label-smoothing"):
         LabelSmoothedXentCriterion(FakeTask(make_dictionary(5)), False, 1.0)
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("this path must not be taken")
+
+
+@pytest.mark.parametrize("arch,flags,refused", [
+    ("vaswani_transformer", ["--d-model", "16", "--d-ff", "32", "--attention-heads", "2"], "label_smoothed_nll_loss"),
+    ("transformer", ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
+                     "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
+                     "--decoder-attention-heads", "2"], "fused_output_loss"),
+])
+def test_fused_path_for_our_model_fallback_for_others(arch, flags, refused, monkeypatch):
+    """Ours (decoder has output_projection_weight) never builds the unfused log-probabilities; fairseq's
+    transformer (no such method) falls back to them, and both agree with fairseq's criterion."""
+    task = FakeTask(make_dictionary(30))
+    model = build_from_cli(arch, task, "--encoder-layers", "1", "--decoder-layers", "1", "--dropout", "0", *flags)
+    assert hasattr(model.decoder, "output_projection_weight") == (arch == "vaswani_transformer")
+    twin = copy.deepcopy(model)
+    ref_loss, _, ref_log = LabelSmoothedCrossEntropyCriterion(task, False, 0.1, 0, True)(twin, _sample())
+    monkeypatch.setattr(label_smoothed_xent, refused, _refuse)
+    loss, _, log = LabelSmoothedXentCriterion(task, False, 0.1, 0, True)(model, _sample())
+    torch.testing.assert_close(loss, ref_loss, atol=1e-5, rtol=1e-6)
+    assert (log["n_correct"], log["total"]) == (ref_log["n_correct"], ref_log["total"])

@@ -3,6 +3,11 @@
 The maths is `vaswani_plugin.modules.label_smoothed_nll_loss`; this file adapts it to fairseq's
 criterion interface and logs the keys fairseq's `label_smoothed_cross_entropy` logs (loss and
 nll_loss in base 2, ppl derived from nll_loss, accuracy with --report-accuracy).
+
+A model whose decoder offers `output_projection_weight()` (ours) takes the fused path: the decoder
+returns features only and `modules.fused_output_loss` projects and scores them chunk by chunk, never
+holding the [tokens, V] log-probabilities (same loss, gradients and accuracy). Any other model takes
+the unfused path through `get_normalized_probs`.
 """
 import math
 from dataclasses import dataclass, field
@@ -14,7 +19,7 @@ from fairseq.logging import metrics
 from omegaconf import II
 
 from ..errors import ConfigError
-from ..modules import label_smoothed_nll_loss
+from ..modules import fused_output_loss, label_smoothed_nll_loss
 
 
 @dataclass
@@ -39,9 +44,11 @@ class LabelSmoothedXentCriterion(FairseqCriterion):
         self.report_accuracy = report_accuracy
 
     def forward(self, model, sample, reduce=True):
-        net_output = model(**sample["net_input"])
-        lprobs, target = self._lprobs_and_target(model, net_output, sample)
-        loss, nll_loss = label_smoothed_nll_loss(lprobs, target, self.eps, ignore_index=self.padding_idx)
+        decoder = getattr(model, "decoder", None)
+        if callable(getattr(decoder, "output_projection_weight", None)):
+            loss, nll_loss, n_correct, target = self._fused(model, decoder, sample)
+        else:
+            loss, nll_loss, n_correct, target = self._unfused(model, sample)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         logging_output = {
             "loss": loss.data,
@@ -51,18 +58,33 @@ class LabelSmoothedXentCriterion(FairseqCriterion):
             "sample_size": sample_size,
         }
         if self.report_accuracy:
-            real = target.ne(self.padding_idx)
-            logging_output["n_correct"] = utils.item((lprobs.argmax(-1).eq(target) & real).sum())
-            logging_output["total"] = utils.item(real.sum())
+            logging_output["n_correct"] = utils.item(n_correct)
+            logging_output["total"] = utils.item(target.ne(self.padding_idx).sum())
         return loss, sample_size, logging_output
 
-    def _lprobs_and_target(self, model, net_output, sample):
-        lprobs = model.get_normalized_probs(net_output, log_probs=True)  # [B, T, V]
-        target = model.get_targets(sample, net_output)  # [B, T]
-        if self.ignore_prefix_size > 0:
-            lprobs = lprobs[:, self.ignore_prefix_size:, :]
-            target = target[:, self.ignore_prefix_size:]
-        return lprobs.reshape(-1, lprobs.size(-1)), target.reshape(-1)
+    def _fused(self, model, decoder, sample):
+        features, extra = model(**sample["net_input"], features_only=True)  # [B, T, d]
+        target = self._drop_prefix(model.get_targets(sample, (features, extra))).reshape(-1)  # [N]
+        features = self._drop_prefix(features)  # [B, T', d]
+        loss, nll_loss, n_correct = fused_output_loss(
+            features.reshape(-1, features.size(-1)), decoder.output_projection_weight(), target, self.eps,
+            ignore_index=self.padding_idx)
+        return loss, nll_loss, n_correct, target
+
+    def _unfused(self, model, sample):
+        net_output = model(**sample["net_input"])
+        lprobs = self._drop_prefix(model.get_normalized_probs(net_output, log_probs=True))  # [B, T', V]
+        lprobs = lprobs.reshape(-1, lprobs.size(-1))  # [N, V]
+        target = self._drop_prefix(model.get_targets(sample, net_output)).reshape(-1)  # [N]
+        loss, nll_loss = label_smoothed_nll_loss(lprobs, target, self.eps, ignore_index=self.padding_idx)
+        n_correct = None
+        if self.report_accuracy:
+            n_correct = (lprobs.argmax(-1).eq(target) & target.ne(self.padding_idx)).sum()
+        return loss, nll_loss, n_correct, target
+
+    def _drop_prefix(self, x):
+        """[B, T, ...] -> [B, T - ignore_prefix_size, ...]"""
+        return x[:, self.ignore_prefix_size:] if self.ignore_prefix_size > 0 else x
 
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
