@@ -26,7 +26,7 @@ from omegaconf import II
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from ..modules import DecoderLayer, EncoderLayer, ScaledEmbedding
+from ..modules import DecoderLayer, EncoderLayer, ScaledEmbedding, prepack_linears_
 
 
 @dataclass
@@ -122,7 +122,11 @@ class VaswaniEncoder(FairseqEncoder):
         return out
 
     def reorder_encoder_out(self, encoder_out: Dict[str, Tensor], new_order: Tensor) -> Dict[str, Tensor]:
-        return {name: value.index_select(0, new_order) for name, value in encoder_out.items()}
+        """Beam search calls this every step. The reorders compose into "memory_rows" [B] (decoder row
+        -> row of "memory"), so the encoder output is never copied, not even beam-fold at the start:
+        the decoder's encoder-decoder attention keeps one K/V per source sentence."""
+        rows = encoder_out.get("memory_rows")
+        return {**encoder_out, "memory_rows": new_order if rows is None else rows.index_select(0, new_order)}
 
     def max_positions(self) -> int:
         return self.max_source_positions
@@ -172,6 +176,15 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         x = self.embedding(prev_output_tokens, last_step_only=incremental_state is not None)  # [B, T, d]
         memory = encoder_out["memory"]
         memory_padding_mask = encoder_out.get("memory_padding_mask")
+        memory_rows = encoder_out.get("memory_rows")  # set by reorder_encoder_out
+        if memory_rows is not None and incremental_state is None:
+            memory = memory.index_select(0, memory_rows)  # [B, S, d]: a full pass gets one row per row
+            if memory_padding_mask is not None:
+                memory_padding_mask = memory_padding_mask.index_select(0, memory_rows)  # [B, S]
+        elif memory_rows is not None:
+            for layer in self.layers:
+                if layer.cross_attn.get_state(incremental_state) is None:
+                    layer.cross_attn.start(incremental_state, memory, memory_padding_mask, memory_rows)
         if alignment_layer is None:
             alignment_layer = len(self.layers) - 1
         attn = None
@@ -187,9 +200,14 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
 
     def output_layer(self, features: Tensor) -> Tensor:
         """Pre-softmax linear transformation, sharing the target embedding's weights (§3.4)."""
+        return F.linear(features, self.output_projection_weight())  # [B, T, V]
+
+    def output_projection_weight(self) -> Tensor:
+        """[V, d] weight of the pre-softmax projection: the target embedding's (§3.4) or the untied one.
+        The criterion's fused projection + loss (`modules.fused_output_loss`) multiplies by it."""
         if self.output_projection is not None:
-            return self.output_projection(features)  # [B, T, V]
-        return F.linear(features, self.embedding.embed_tokens.weight)  # [B, T, V]
+            return self.output_projection.weight
+        return self.embedding.embed_tokens.weight
 
     def make_generation_fast_(self, need_attn: bool = False, **unused):
         self.need_attn = need_attn
@@ -217,6 +235,12 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
         _init_linear_layers(encoder)
         _init_linear_layers(decoder)
         return cls(encoder, decoder)
+
+    def make_generation_fast_(self, **kwargs):
+        """fairseq-generate, -interactive and the hub interface call this (prepare_for_inference_): the
+        model is then inference-only, and its linear layers take oneDNN's pre-packed CPU path."""
+        super().make_generation_fast_(**kwargs)
+        prepack_linears_(self)
 
 
 def _init_linear_layers(module: nn.Module) -> None:

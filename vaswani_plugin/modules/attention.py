@@ -15,7 +15,9 @@ Incremental decoding keeps per-module state inside the caller's `incremental_sta
 convention) under a key unique to the module: the self-attention keys/values grow by one step at a
 time in a buffer with spare capacity (no re-allocation per step); the encoder-decoder keys/values are
 computed once per sentence. `reorder_incremental_state(state, new_order)` follows fairseq's beam
-search contract.
+search contract, which moves every row every step: the self-attention cache gathers only its filled
+steps, and the encoder-decoder keys/values are never moved (one copy per source sentence, shared by
+its hypotheses through a row index; see `FusedEncoderDecoderAttention.start`).
 """
 import itertools
 from typing import Dict, Optional, Tuple
@@ -98,10 +100,18 @@ class _MultiheadBase(nn.Module):
         b, _, t, _ = x.shape
         return x.transpose(1, 2).reshape(b, t, self.embed_dim)  # [B, T, d]
 
-    def _attend(self, q, k, v, key_padding_mask, causal, need_weights):
-        p = self.dropout if self.training else 0.0
-        out, weights = scaled_dot_product(q, k, v, key_padding_mask, causal, p, need_weights)
+    def _attend(self, q, k, v, key_padding_mask, causal, need_weights, step=False):
+        out, weights = self._dot_product(q, k, v, key_padding_mask, causal, need_weights, step)
         return self.out_proj(self._merge_heads(out)), weights
+
+    def _dot_product(self, q, k, v, key_padding_mask, causal, need_weights, step):
+        """`step`: a decoding step (a few queries against a cache). On CPU, SDPA's kernel is then
+        ~1.7x slower than the explicit matmul-softmax-matmul (measured, d_k 64, 1-4 queries against
+        16-40 keys), so those steps take the explicit path and drop the weights."""
+        p = self.dropout if self.training else 0.0
+        explicit = need_weights or (step and q.device.type == "cpu")
+        out, weights = scaled_dot_product(q, k, v, key_padding_mask, causal, p, explicit)
+        return out, (weights if need_weights else None)
 
     def get_state(self, incremental_state: Dict) -> Optional[Dict[str, Tensor]]:
         return incremental_state.get(self._state_key)
@@ -110,9 +120,7 @@ class _MultiheadBase(nn.Module):
         """Beam search moved hypotheses: row i of the new batch is row new_order[i] of the old."""
         state = self.get_state(incremental_state) if incremental_state is not None else None
         if state is not None:
-            for name, value in state.items():
-                if torch.is_tensor(value):
-                    state[name] = value.index_select(0, new_order)
+            self._reorder_state(state, new_order)
         return incremental_state
 
 
@@ -138,7 +146,7 @@ class FusedSelfAttention(_MultiheadBase):
         if incremental_state is not None:
             k, v = self._append_to_cache(incremental_state, k, v)
             causal = causal and q.size(-2) > 1 and q.size(-2) == k.size(-2)
-        return self._attend(q, k, v, key_padding_mask, causal, need_weights)
+        return self._attend(q, k, v, key_padding_mask, causal, need_weights, step=incremental_state is not None)
 
     def _append_to_cache(self, incremental_state: Dict, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
         state = self.get_state(incremental_state)
@@ -154,10 +162,27 @@ class FusedSelfAttention(_MultiheadBase):
             grow = max(state["k"].size(2), new)
             state["k"] = torch.cat([state["k"], state["k"].new_empty(*k.shape[:2], grow, k.size(3))], dim=2)
             state["v"] = torch.cat([state["v"], state["v"].new_empty(*v.shape[:2], grow, v.size(3))], dim=2)
+            state.pop("spare", None)
         state["k"][:, :, length:length + new] = k
         state["v"][:, :, length:length + new] = v
         state["length"] = length + new
         return state["k"][:, :, : length + new], state["v"][:, :, : length + new]
+
+    def _reorder_state(self, state: Dict, new_order: Tensor) -> None:
+        """Gather only the filled steps, into a second buffer of the same capacity that then swaps
+        with the first (a beam step reorders every row, so nothing can be done in place)."""
+        length, rows = state["length"], new_order.numel()
+        if torch.is_grad_enabled() and state["k"].requires_grad:  # out= cannot record a graph
+            state["k"], state["v"] = state["k"].index_select(0, new_order), state["v"].index_select(0, new_order)
+            state["spare"] = None
+            return
+        spare = state.get("spare")
+        if spare is None or spare[0].size(0) != rows:  # first reorder, or finished sentences left
+            spare = tuple(state[n].new_empty(rows, *state[n].shape[1:]) for n in ("k", "v"))
+        for name, out in zip(("k", "v"), spare):
+            torch.index_select(state[name][:, :, :length], 0, new_order, out=out[:, :, :length])
+        state["spare"] = (state["k"], state["v"]) if state["k"].size(0) == rows else None
+        state["k"], state["v"] = spare
 
 
 class FusedEncoderDecoderAttention(_MultiheadBase):
@@ -177,15 +202,68 @@ class FusedEncoderDecoderAttention(_MultiheadBase):
         incremental_state: Optional[Dict] = None,
         need_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
-        """x: [B, T, d] decoder states; memory: [B, S, d] encoder output; mask [B, S]."""
-        q = self._split_heads(self.q_proj(x))  # [B, H, T, d_k]
+        """x: [B, T, d] decoder states; memory: [B, S, d] encoder output; mask [B, S]. With an
+        `incremental_state` prepared by `start`, memory and mask are those given to `start`."""
         state = self.get_state(incremental_state) if incremental_state is not None else None
         if state is None:
-            k, v = self.kv_proj(memory).chunk(2, dim=-1)  # 2 x [B, S, d]
-            k, v = self._split_heads(k), self._split_heads(v)
-            if incremental_state is not None:
-                # The encoder output is fixed for the whole sentence: project it once.
-                incremental_state[self._state_key] = {"k": k, "v": v}
+            state = self.start(incremental_state, memory, memory_padding_mask)
+        return self._attend_rows(self.q_proj(x), state, need_weights, step=incremental_state is not None)
+
+    def start(self, incremental_state: Optional[Dict], memory: Tensor, memory_padding_mask: Optional[Tensor] = None,
+              memory_rows: Optional[Tensor] = None) -> Dict:
+        """Project the encoder output to K and V once per sentence (it is fixed while decoding).
+
+        memory: [N, S, d], mask [N, S]; `memory_rows` [B] says which memory row each decoder row reads
+        (None: row i reads memory[i]). Beam search thus keeps one K/V per source sentence for all of
+        its hypotheses, and its reorders only move `rows`, never K/V (see `_reorder_state`)."""
+        k, v = self.kv_proj(memory).chunk(2, dim=-1)  # 2 x [N, S, d]
+        state = {"k": self._split_heads(k), "v": self._split_heads(v), "mask": memory_padding_mask}
+        if memory_rows is None:
+            state["rows"], state["group"] = None, 1
         else:
-            k, v = state["k"], state["v"]
-        return self._attend(q, k, v, memory_padding_mask, False, need_weights)
+            self._set_rows(state, memory_rows)
+        if incremental_state is not None:
+            incremental_state[self._state_key] = state
+        return state
+
+    @staticmethod
+    def _set_rows(state: Dict, rows: Tensor) -> None:
+        """`group` = g when the rows are g consecutive hypotheses per memory row, in order (fairseq's
+        layout: sentence-major, beam-minor); then a sentence's g queries attend to its K/V together,
+        with no gather. 0 otherwise (any other order: K/V are gathered per row)."""
+        n, b = state["k"].size(0), rows.numel()
+        grouped = b % n == 0 and torch.equal(rows, torch.arange(n, device=rows.device).repeat_interleave(b // n))
+        state["rows"], state["group"] = rows, (b // n if grouped else 0)
+
+    def _reorder_state(self, state: Dict, new_order: Tensor) -> None:
+        old = state["rows"]
+        if old is None:
+            old = torch.arange(state["k"].size(0), device=new_order.device)
+        rows = old.index_select(0, new_order)  # [B'] memory row of each new decoder row
+        if rows.numel() < old.numel():
+            # Finished sentences left the batch: keep the K/V of the sentences still referred to.
+            used, rows = torch.unique(rows, return_inverse=True)
+            if used.numel() < state["k"].size(0):
+                for name in ("k", "v", "mask"):
+                    if state[name] is not None:
+                        state[name] = state[name].index_select(0, used)
+        self._set_rows(state, rows)
+
+    def _attend_rows(self, q: Tensor, state: Dict, need_weights: bool, step: bool) -> Tuple[Tensor, Optional[Tensor]]:
+        """q: [B, T, d] projected queries against the state's K/V [N, H, S, d_k]."""
+        k, v, mask, group = state["k"], state["v"], state["mask"], state["group"]
+        b, t, _ = q.shape
+        if group:
+            # [N, H, g*T, d_k]: the g hypotheses of a sentence are consecutive rows, so one view groups them
+            q = q.view(k.size(0), group * t, self.num_heads, self.head_dim).transpose(1, 2)
+        else:
+            rows = state["rows"]
+            k, v = k.index_select(0, rows), v.index_select(0, rows)  # [B, H, S, d_k]
+            mask = None if mask is None else mask.index_select(0, rows)  # [B, S]
+            q = self._split_heads(q)  # [B, H, T, d_k]
+        out, weights = self._dot_product(q, k, v, mask, False, need_weights, step)  # [N or B, H, g*T or T, d_k]
+        out = out.transpose(1, 2).reshape(b, t, self.embed_dim)  # [B, T, d]
+        if weights is not None and group:
+            weights = weights.view(k.size(0), self.num_heads, group, t, -1).transpose(1, 2)
+            weights = weights.reshape(b, self.num_heads, t, weights.size(-1))  # [B, H, T, S]
+        return self.out_proj(out), weights

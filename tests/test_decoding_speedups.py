@@ -1,0 +1,135 @@
+"""Beam search shortcuts of the incremental decoder (issue 6), each checked against plain recomputation
+or against fairseq's own transformer on the same weights:
+
+- the encoder output is never copied per step: reorders compose into a row index, and the
+  encoder-decoder attention keeps one K/V per source sentence (its hypotheses query it together);
+- the self-attention cache reorders only its filled steps, into a second buffer;
+- decoding steps on CPU take the explicit attention path;
+- after prepare_for_inference_, linear layers on CPU use oneDNN's pre-packed weights.
+"""
+import torch
+from conftest import FakeTask, make_dictionary
+from fairseq.models import build_model
+from fairseq.sequence_generator import SequenceGenerator
+from helpers import cli_config
+
+from vaswani_plugin import convert
+from vaswani_plugin.modules import (
+    FusedEncoderDecoderAttention,
+    FusedSelfAttention,
+    prepack_linears_,
+)
+from vaswani_plugin.modules.packed_linear import _PackedLinearForward, packing_available
+
+
+def test_self_attention_cache_follows_reorders_that_shrink_the_batch_and_outgrow_its_capacity():
+    attn = FusedSelfAttention(16, 4).eval()
+    g = torch.Generator().manual_seed(0)
+    history = torch.randn(6, 1, 16, generator=g)  # the inputs each current row has seen, in order
+    state = {}
+    with torch.no_grad():
+        attn(history, causal=True, incremental_state=state)
+        for step in range(24):  # past the initial capacity of 16 steps, while rows move and leave
+            rows = history.size(0)
+            keep = rows - 1 if step in (5, 17) else rows  # finished sentences leave the batch
+            order = torch.randint(0, rows, (keep,), generator=g)
+            attn.reorder_incremental_state(state, order)
+            history = torch.cat([history[order], torch.randn(keep, 1, 16, generator=g)], 1)
+            out, _ = attn(history[:, -1:], causal=True, incremental_state=state)
+            full, _ = attn(history, causal=True)
+            torch.testing.assert_close(out, full[:, -1:], atol=1e-5, rtol=1e-5)
+
+
+def _padding_mask(lengths, width):
+    return torch.arange(width)[None, :] >= torch.tensor(lengths)[:, None]  # [N, S], True at padding
+
+
+def test_encoder_decoder_attention_on_shared_memory_rows_equals_per_row_copies():
+    attn = FusedEncoderDecoderAttention(16, 4).eval()
+    memory, mask = torch.randn(3, 7, 16), _padding_mask([7, 4, 2], 7)
+    rows = torch.arange(3).repeat_interleave(4)  # beam 4, sentence-major as fairseq lays it out
+    state = {}
+
+    def check(x, rows):
+        out, weights = attn(x, memory, mask, incremental_state=state, need_weights=True)
+        ref, ref_weights = attn(x, memory[rows], mask[rows], need_weights=True)  # every row its own copy
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
+
+    with torch.no_grad():
+        attn.start(state, memory, mask, rows)
+        assert state[attn._state_key]["group"] == 4
+        check(torch.randn(12, 1, 16), rows)
+        within = torch.tensor([1, 1, 0, 3, 4, 7, 6, 6, 8, 8, 11, 9])  # beams move inside their sentence
+        attn.reorder_incremental_state(state, within)
+        check(torch.randn(12, 1, 16), rows[within])
+        # sentence 1 finished: fairseq drops its rows; K/V shrink to the two sentences left
+        shrink = torch.tensor([0, 1, 2, 3, 8, 9, 10, 11])
+        attn.reorder_incremental_state(state, shrink)
+        assert state[attn._state_key]["k"].size(0) == 2 and state[attn._state_key]["group"] == 4
+        memory, mask = memory[[0, 2]], mask[[0, 2]]
+        check(torch.randn(8, 1, 16), torch.arange(2).repeat_interleave(4))
+        mixed = torch.tensor([5, 0, 7, 1])  # no sentence-major layout: K/V are gathered per row
+        attn.reorder_incremental_state(state, mixed)
+        assert state[attn._state_key]["group"] == 0
+        check(torch.randn(4, 1, 16), torch.tensor([1, 0, 1, 0]))
+
+
+def _same_weight_pair(dictionary, flags, eos_bias):
+    """Our randomly initialised model, its end-of-sentence logit raised by about `eos_bias` (so that
+    hypotheses end at different steps), and fairseq's transformer holding its exported weights."""
+    task = FakeTask(dictionary)
+    cfg = cli_config("vaswani_transformer", *flags)
+    ours = build_model(cfg.model, task).eval()
+    with torch.no_grad():  # the last LayerNorm's bias reaches every output; align the eos row with it
+        bias = ours.decoder.layers[-1].ffn_block.norm.bias
+        bias.normal_()
+        ours.decoder.embedding.embed_tokens.weight[dictionary.eos()] += eos_bias * bias / bias.norm() ** 2
+    exported = convert.vaswani_to_fairseq({"cfg": {"model": cfg.model, "task": {"_name": "translation"}},
+                                           "model": ours.state_dict()})
+    theirs = build_model(exported["cfg"]["model"], task)
+    theirs.load_state_dict(exported["model"])
+    return ours, theirs.eval()
+
+
+def test_beam_search_hypotheses_identical_to_fairseq_while_sentences_finish_at_different_steps():
+    d = make_dictionary(40)
+    flags = ["--encoder-layers", "2", "--decoder-layers", "2", "--d-model", "32", "--d-ff", "64",
+             "--attention-heads", "4", "--share-all-embeddings"]
+    ours, theirs = _same_weight_pair(d, flags, eos_bias=4.0)
+    g = torch.Generator().manual_seed(3)
+    lengths = [9, 3, 7, 5, 8, 4, 6, 2, 9, 5]
+    src = torch.full((len(lengths), max(lengths)), d.pad())
+    for i, n in enumerate(lengths):  # left-padded, as fairseq's translation task batches sources
+        src[i, -n:-1] = torch.randint(d.nspecial, len(d), (n - 1,), generator=g)
+        src[i, -1] = d.eos()
+    sample = {"net_input": {"src_tokens": src, "src_lengths": torch.tensor(lengths)}}
+    hyps = []
+    for model in (ours, theirs):
+        generator = SequenceGenerator([model], d, beam_size=4, len_penalty=0.6, max_len_a=0, max_len_b=12)
+        hyps.append(generator.generate([model], sample))
+    ends = set()
+    for sent_a, sent_b in zip(*hyps):
+        for h_a, h_b in zip(sent_a, sent_b):
+            assert torch.equal(h_a["tokens"], h_b["tokens"])
+            torch.testing.assert_close(h_a["score"], h_b["score"], rtol=0, atol=1e-5)
+        ends.add(sent_a[0]["tokens"].numel())
+    assert len(ends) >= 3, f"sentences should finish at different steps, best lengths {sorted(ends)}"
+
+
+def test_packed_linear_equals_f_linear_and_steps_aside_for_training_and_changed_weights():
+    lin = torch.nn.Linear(16, 24).eval()
+    prepack_linears_(torch.nn.Sequential(lin))
+    if not packing_available():
+        assert not isinstance(lin.forward, _PackedLinearForward)
+        return
+    x = torch.randn(3, 5, 16)
+    with torch.inference_mode():
+        torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias), atol=1e-5, rtol=1e-5)
+    assert lin.forward.packed is not None
+    with torch.no_grad():
+        lin.weight.mul_(2.0)  # an in-place update: the packed copy must follow
+        torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias), atol=1e-5, rtol=1e-5)
+    lin.train()
+    lin(x).sum().backward()  # training takes F.linear, so gradients flow
+    assert lin.weight.grad is not None and lin.weight.grad.abs().sum() > 0
