@@ -1,0 +1,84 @@
+"""Shared helpers for the benchmark scripts: where a run happened, and appending its table to
+benchmarks/RESULTS.md.
+
+    from common import machine_header, append_results   # run from benchmarks/ or with it on sys.path
+    append_results("Training step (CPU)", table_markdown)
+"""
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "RESULTS.md")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit() -> str:
+    """Short commit hash, with '-dirty' when the tree has uncommitted changes ('unknown' outside git)."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine_header(device: str = "cpu") -> str:
+    """Markdown bullet lines: date, machine (CPU model, cores, threads; GPU name on cuda), versions, commit."""
+    import torch
+
+    try:
+        import fairseq
+        fairseq_version = fairseq.__version__
+    except ImportError:
+        fairseq_version = "not installed"
+    machine = f"{_cpu_model()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}"
+    if device == "cuda" and torch.cuda.is_available():
+        machine += f"; GPU {torch.cuda.get_device_name()}"
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return "\n".join([
+        f"- date: {now}",
+        f"- machine: {machine}",
+        f"- torch {torch.__version__}, fairseq {fairseq_version}, python {platform.python_version()}",
+        f"- commit: `{git_commit()}`",
+    ])
+
+
+def markdown_table(header, rows) -> str:
+    """A markdown table from a header row and data rows (cells are str()-ed)."""
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def append_results(title: str, table_markdown: str, device: str = "cpu", notes: str = "",
+                   path: str = RESULTS) -> str:
+    """Append `## title`, the machine header, optional notes and the table to RESULTS.md; returns the
+    appended text (RESULTS_MD in the environment redirects it, e.g. to $OUT on a lent GPU)."""
+    path = os.environ.get("RESULTS_MD", path)
+    text = f"\n## {title}\n\n{machine_header(device)}\n\n"
+    if notes:
+        text += notes.rstrip() + "\n\n"
+    text += table_markdown.rstrip() + "\n"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+    return text
