@@ -5,7 +5,7 @@ or against fairseq's own transformer on the same weights:
   encoder-decoder attention keeps one K/V per source sentence (its hypotheses query it together);
 - the self-attention cache reorders only its filled steps, into a second buffer;
 - decoding steps on CPU take the explicit attention path;
-- after prepare_for_inference_, linear layers on CPU use oneDNN's pre-packed weights.
+- linear layers on CPU run through oneDNN (training and packed inference) with F.linear's results.
 """
 import torch
 from conftest import FakeTask, make_dictionary
@@ -17,9 +17,9 @@ from vaswani_plugin import convert
 from vaswani_plugin.modules import (
     FusedEncoderDecoderAttention,
     FusedSelfAttention,
-    prepack_linears_,
+    use_onednn_linears_,
 )
-from vaswani_plugin.modules.packed_linear import _PackedLinearForward, packing_available
+from vaswani_plugin.modules.onednn_linear import _OneDNNLinearForward, onednn_available
 
 
 def test_self_attention_cache_follows_reorders_that_shrink_the_batch_and_outgrow_its_capacity():
@@ -117,19 +117,29 @@ def test_beam_search_hypotheses_identical_to_fairseq_while_sentences_finish_at_d
     assert len(ends) >= 3, f"sentences should finish at different steps, best lengths {sorted(ends)}"
 
 
-def test_packed_linear_equals_f_linear_and_steps_aside_for_training_and_changed_weights():
-    lin = torch.nn.Linear(16, 24).eval()
-    prepack_linears_(torch.nn.Sequential(lin))
-    if not packing_available():
-        assert not isinstance(lin.forward, _PackedLinearForward)
+def test_onednn_linear_equals_f_linear_in_values_and_gradients_and_follows_changed_weights():
+    lin = torch.nn.Linear(16, 24)
+    ref = torch.nn.Linear(16, 24)
+    ref.load_state_dict(lin.state_dict())
+    use_onednn_linears_(torch.nn.Sequential(lin))
+    if not onednn_available():
+        assert not isinstance(lin.forward, _OneDNNLinearForward)
         return
-    x = torch.randn(3, 5, 16)
+    assert isinstance(lin.forward, _OneDNNLinearForward)
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    upstream = torch.randn(3, 5, 24)
+    (lin(x) * upstream).sum().backward()  # training: the autograd Function, three oneDNN products
+    (ref(x_ref) * upstream).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lin.weight.grad, ref.weight.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lin.bias.grad, ref.bias.grad, atol=1e-5, rtol=1e-5)
+    lin.eval()
     with torch.inference_mode():
-        torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lin(x), ref(x), atol=1e-5, rtol=1e-5)  # packed weights
     assert lin.forward.packed is not None
     with torch.no_grad():
-        lin.weight.mul_(2.0)  # an in-place update: the packed copy must follow
-        torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias), atol=1e-5, rtol=1e-5)
-    lin.train()
-    lin(x).sum().backward()  # training takes F.linear, so gradients flow
-    assert lin.weight.grad is not None and lin.weight.grad.abs().sum() > 0
+        lin.weight.mul_(2.0)  # an in-place update (an optimizer step): the packed copy must follow
+        ref.weight.mul_(2.0)
+        torch.testing.assert_close(lin(x), ref(x), atol=1e-5, rtol=1e-5)
+    assert torch.equal(lin.state_dict()["weight"], ref.state_dict()["weight"])  # parameters untouched

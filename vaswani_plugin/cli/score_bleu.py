@@ -19,6 +19,8 @@ sacreBLEU. Both keep intra-word hyphens, so the compound splitting sees the same
 two tokenizers split some punctuation differently and the numbers can differ by a few tenths.
 multi-bleu.perl does not smooth; neither do we (smooth_method="none").
 """
+from __future__ import annotations
+
 import argparse
 import re
 import sys

@@ -18,6 +18,8 @@ an empty side, a side longer than --max-words whitespace-separated words, or a w
 --max-ratio, and prints how many of each were removed. The paper does not describe its cleaning; these are the limits of fairseq's
 WMT14 preparation (Moses' clean-corpus-n.perl with ratio 1.5, 250 tokens), applied to raw words.
 """
+from __future__ import annotations
+
 import argparse
 import os
 import sys

@@ -26,7 +26,7 @@ from omegaconf import II
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from ..modules import DecoderLayer, EncoderLayer, ScaledEmbedding, prepack_linears_
+from ..modules import DecoderLayer, EncoderLayer, ScaledEmbedding, use_onednn_linears_
 
 
 @dataclass
@@ -234,13 +234,8 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
         decoder = VaswaniDecoder(cfg, task.target_dictionary, tgt_embed)
         _init_linear_layers(encoder)
         _init_linear_layers(decoder)
-        return cls(encoder, decoder)
-
-    def make_generation_fast_(self, **kwargs):
-        """fairseq-generate, -interactive and the hub interface call this (prepare_for_inference_): the
-        model is then inference-only, and its linear layers take oneDNN's pre-packed CPU path."""
-        super().make_generation_fast_(**kwargs)
-        prepack_linears_(self)
+        # fp32 on CPU: every linear layer's GEMMs through oneDNN, ~2x MKL's here (modules.onednn_linear)
+        return use_onednn_linears_(cls(encoder, decoder))
 
 
 def _init_linear_layers(module: nn.Module) -> None:

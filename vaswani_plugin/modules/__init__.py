@@ -4,7 +4,7 @@ from .embedding import ScaledEmbedding
 from .fused_output_loss import fused_output_loss
 from .layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward
 from .losses import label_smoothed_nll_loss
-from .packed_linear import prepack_linears_
+from .onednn_linear import matmul_nt, use_onednn_linears_
 from .positional import SinusoidalPositions, sinusoid_table
 
 __all__ = [
@@ -17,7 +17,8 @@ __all__ = [
     "SinusoidalPositions",
     "fused_output_loss",
     "label_smoothed_nll_loss",
-    "prepack_linears_",
+    "matmul_nt",
     "scaled_dot_product",
     "sinusoid_table",
+    "use_onednn_linears_",
 ]

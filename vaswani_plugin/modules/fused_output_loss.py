@@ -8,9 +8,12 @@ backward only scales them. That costs the same matmuls as the unfused path (one 
 backward) instead of recomputing the logits. fp16 inputs instead recompute each chunk's logits in
 the backward (see `fused_output_loss` for why).
 """
+from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from .onednn_linear import matmul_nt
 
 # Measured on the base shape (4,096 tokens, d 512, V 32k, one AVX-512 CPU thread, forward + backward,
 # CPU seconds): unfused 5.1 s fp32 / 2.5 s bf16 and +1.46 GB peak RSS; chunks of 2,048, 1,024, 512:
@@ -26,7 +29,7 @@ def _softmax_dtype(x: Tensor) -> torch.dtype:
 def _logits(x: Tensor, weight: Tensor) -> Tensor:
     """One chunk's logits, multiplied in the inputs' dtype, in at least fp32 for the softmax (as fairseq's
     log_softmax; float64 stays float64)."""
-    return (x @ weight.t()).to(_softmax_dtype(x))  # [c, V]
+    return matmul_nt(x, weight).to(_softmax_dtype(x))  # [c, V]
 
 
 def _chunk_forward(z: Tensor, t: Tensor, epsilon: float, off: float):
@@ -60,10 +63,10 @@ def _add_grads(g: Tensor, x: Tensor, weight: Tensor, rows: slice, grad_x: Tensor
     """grad_x[rows] = g W and grad_w += gᵀ x for one chunk's logit gradient g [c, V]."""
     g = g.to(x.dtype)  # the matmuls run in the inputs' dtype, as the unfused path's backward does
     if grad_x is not None:
-        grad_x[rows] = g @ weight  # [c, d]
+        grad_x[rows] = matmul_nt(g, weight.t())  # [c, d]
     if grad_w is not None:
         if g.dtype == grad_w.dtype:
-            grad_w.addmm_(g.t(), x)  # [V, d]
+            grad_w += matmul_nt(g.t(), x.t())  # [V, d]
         else:  # fp32 accumulator over chunks: a bf16 one would round after every chunk
             grad_w += (g.t() @ x).to(grad_w.dtype)  # [V, d]
 

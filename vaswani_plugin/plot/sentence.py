@@ -6,6 +6,8 @@ Text is split into the pieces the model was trained on by the sentencepiece mode
 vocabulary serves both sides, as the paper's joint vocabulary (§5.1) and the quickstart's.
 Without `--target`, the target is the model's own translation (beam 4, length penalty 0.6, §6.1).
 """
+from __future__ import annotations
+
 import glob
 import os
 import sys

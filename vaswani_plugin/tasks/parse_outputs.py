@@ -7,6 +7,8 @@
 - :class:`InteractiveCodec`: fairseq-interactive's `bpe`: encodes a typed sentence into source pieces
   and turns the printed hypothesis (the `D-` line) into the bracketed tree.
 """
+from __future__ import annotations
+
 import atexit
 import collections
 import logging

@@ -1,0 +1,88 @@
+"""fp32 GEMMs on CPU through oneDNN (speed only; not in the paper).
+
+Measured on the project's benchmark CPU (AMD EPYC with AVX-512, one thread): torch's default fp32
+matmul (MKL's sgemm) reaches ~90-105 GFLOP/s on the Transformer's shapes, oneDNN's linear primitive
+~170-240 GFLOP/s, for training shapes ([4096 x 512] @ [512 x 2048], and both backward products) and
+decoding shapes alike; reordering a weight once into oneDNN's blocked layout helps decoding further.
+
+- `matmul_nt(a, b)`: a @ bᵀ, through oneDNN for float32 CPU tensors (the fused output loss uses it);
+- `use_onednn_linears_(module)` gives every `nn.Linear` inside a module that path: with autograd
+  recording, an autograd Function whose forward and both backward products go through oneDNN;
+  without, the weight packed once (and re-packed when it changes: its version counter moves).
+Anything else (other dtypes, other devices, no oneDNN) takes plain `F.linear`. Results equal
+`F.linear`'s up to float rounding (another summation order); parameters and state_dict are untouched.
+"""
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+
+
+_AVAILABLE = onednn_available()
+
+
+def _cpu_fp32(*tensors: Tensor) -> bool:
+    return _AVAILABLE and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
+
+
+def _linear(x2: Tensor, weight: Tensor, bias=None) -> Tensor:
+    """[N, k] x [M, k] (+ [M]) -> [N, M] with oneDNN's linear primitive (dense inputs)."""
+    return torch.ops.mkldnn._linear_pointwise(x2.contiguous(), weight.contiguous(), bias, "none", [], "")
+
+
+def matmul_nt(a: Tensor, b: Tensor) -> Tensor:
+    """a [N, k] @ b [M, k]ᵀ -> [N, M]; oneDNN for float32 CPU tensors, torch's matmul otherwise."""
+    return _linear(a, b) if _cpu_fp32(a, b) else a @ b.t()
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """y = x Wᵀ + b with dy/dx = g W and dW = gᵀ x, every product through oneDNN."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        x2 = x.reshape(-1, x.size(-1))  # [N, k]
+        ctx.save_for_backward(x2, weight)
+        ctx.x_shape, ctx.has_bias = x.shape, bias is not None
+        return _linear(x2, weight, bias).view(*x.shape[:-1], weight.size(0))  # [..., M]
+
+    @staticmethod
+    def backward(ctx, grad):
+        x2, weight = ctx.saved_tensors
+        g = grad.reshape(-1, grad.size(-1))  # [N, M]
+        grad_x = _linear(g, weight.t()).view(ctx.x_shape) if ctx.needs_input_grad[0] else None  # [..., k]
+        grad_w = _linear(g.t(), x2.t()) if ctx.needs_input_grad[1] else None  # [M, k]
+        grad_b = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None  # [M]
+        return grad_x, grad_w, grad_b
+
+
+class _OneDNNLinearForward:
+    """Replaces one nn.Linear instance's forward (its parameters and state_dict stay as they are)."""
+
+    def __init__(self, linear: nn.Linear):
+        self.linear = linear
+        self.packed, self.key = None, None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        w, b = self.linear.weight, self.linear.bias
+        if not _cpu_fp32(x, w):
+            return F.linear(x, w, b)
+        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+            return _OneDNNLinear.apply(x, w, b)
+        key = (w.data_ptr(), w._version)
+        if key != self.key:
+            self.packed, self.key = torch.ops.mkldnn._reorder_linear_weight(w.detach()), key
+        x2 = x.reshape(-1, x.size(-1)).contiguous()  # [N, k]
+        out = torch.ops.mkldnn._linear_pointwise(x2, self.packed, b, "none", [], "")
+        return out.view(*x.shape[:-1], w.size(0))  # [..., M]
+
+
+def use_onednn_linears_(module: nn.Module) -> nn.Module:
+    """Give every nn.Linear inside `module` the oneDNN CPU path (a no-op without oneDNN)."""
+    if _AVAILABLE:
+        for sub in module.modules():
+            if isinstance(sub, nn.Linear) and not isinstance(sub.forward, _OneDNNLinearForward):
+                sub.forward = _OneDNNLinearForward(sub)
+    return module
