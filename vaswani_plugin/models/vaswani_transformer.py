@@ -13,7 +13,6 @@ Departures from the paper, each pinned by a test:
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
-import torch.nn.functional as F
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import (
@@ -26,7 +25,7 @@ from omegaconf import II
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from ..modules import DecoderLayer, EncoderLayer, ScaledEmbedding, use_onednn_linears_
+from ..modules import DecoderLayer, EncoderLayer, PackedWeight, ScaledEmbedding, linear, use_onednn_linears_
 
 
 @dataclass
@@ -153,6 +152,7 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         # fairseq switches this on for --print-alignment (make_generation_fast_); training and plain
         # beam search then skip the explicit attention-weights path.
         self.need_attn = False
+        self._packed_output = PackedWeight()
 
     def forward(
         self,
@@ -199,8 +199,10 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         return x, attn
 
     def output_layer(self, features: Tensor) -> Tensor:
-        """Pre-softmax linear transformation, sharing the target embedding's weights (§3.4)."""
-        return F.linear(features, self.output_projection_weight())  # [B, T, V]
+        """Pre-softmax linear transformation, sharing the target embedding's weights (§3.4). While
+        decoding on CPU the weight is used in oneDNN's packed layout (modules.onednn_linear): with a
+        large vocabulary this product is the costliest of a beam-search step."""
+        return linear(features, self.output_projection_weight(), packed=self._packed_output)  # [B, T, V]
 
     def output_projection_weight(self) -> Tensor:
         """[V, d] weight of the pre-softmax projection: the target embedding's (§3.4) or the untied one.

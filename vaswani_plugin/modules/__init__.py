@@ -4,7 +4,7 @@ from .embedding import ScaledEmbedding
 from .fused_output_loss import fused_output_loss
 from .layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward
 from .losses import label_smoothed_nll_loss
-from .onednn_linear import matmul_nt, use_onednn_linears_
+from .onednn_linear import PackedWeight, linear, matmul_nt, use_onednn_linears_
 from .positional import SinusoidalPositions, sinusoid_table
 
 __all__ = [
@@ -12,11 +12,13 @@ __all__ = [
     "EncoderLayer",
     "FusedEncoderDecoderAttention",
     "FusedSelfAttention",
+    "PackedWeight",
     "PositionwiseFeedForward",
     "ScaledEmbedding",
     "SinusoidalPositions",
     "fused_output_loss",
     "label_smoothed_nll_loss",
+    "linear",
     "matmul_nt",
     "scaled_dot_product",
     "sinusoid_table",

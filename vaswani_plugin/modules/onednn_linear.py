@@ -6,12 +6,15 @@ matmul (MKL's sgemm) reaches ~90-105 GFLOP/s on the Transformer's shapes, oneDNN
 decoding shapes alike; reordering a weight once into oneDNN's blocked layout helps decoding further.
 
 - `matmul_nt(a, b)`: a @ bᵀ, through oneDNN for float32 CPU tensors (the fused output loss uses it);
-- `use_onednn_linears_(module)` gives every `nn.Linear` inside a module that path: with autograd
-  recording, an autograd Function whose forward and both backward products go through oneDNN;
-  without, the weight packed once (and re-packed when it changes: its version counter moves).
+- `linear(x, weight, bias, packed)`: `F.linear` with, while autograd records, an autograd Function
+  whose forward and both backward products go through oneDNN, and otherwise the weight packed once
+  (`PackedWeight`, re-packed when the weight changes);
+- `use_onednn_linears_(module)` gives every `nn.Linear` inside a module that path.
 Anything else (other dtypes, other devices, no oneDNN) takes plain `F.linear`. Results equal
 `F.linear`'s up to float rounding (another summation order); parameters and state_dict are untouched.
 """
+from __future__ import annotations
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -58,25 +61,41 @@ class _OneDNNLinear(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
+class PackedWeight:
+    """oneDNN's blocked copy of one weight for inference, re-made whenever the weight changes (an
+    optimizer step, a checkpoint load: its data pointer or version counter moves)."""
+
+    def __init__(self):
+        self.packed, self.key = None, None
+
+    def get(self, weight: Tensor) -> Tensor:
+        key = (weight.data_ptr(), weight._version)
+        if key != self.key:
+            self.packed, self.key = torch.ops.mkldnn._reorder_linear_weight(weight.detach()), key
+        return self.packed
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: PackedWeight | None = None) -> Tensor:
+    """`F.linear(x, weight, bias)`, through oneDNN for float32 CPU tensors: the autograd Function when
+    autograd records, else the `packed` copy of the weight when one is given."""
+    if not _cpu_fp32(x, weight):
+        return F.linear(x, weight, bias)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return _OneDNNLinear.apply(x, weight, bias)
+    x2 = x.reshape(-1, x.size(-1)).contiguous()  # [N, k]
+    w = weight.contiguous() if packed is None else packed.get(weight)
+    out = torch.ops.mkldnn._linear_pointwise(x2, w, bias, "none", [], "")
+    return out.view(*x.shape[:-1], weight.size(0))  # [..., M]
+
+
 class _OneDNNLinearForward:
     """Replaces one nn.Linear instance's forward (its parameters and state_dict stay as they are)."""
 
-    def __init__(self, linear: nn.Linear):
-        self.linear = linear
-        self.packed, self.key = None, None
+    def __init__(self, module: nn.Linear):
+        self.linear, self.packed = module, PackedWeight()
 
     def __call__(self, x: Tensor) -> Tensor:
-        w, b = self.linear.weight, self.linear.bias
-        if not _cpu_fp32(x, w):
-            return F.linear(x, w, b)
-        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
-            return _OneDNNLinear.apply(x, w, b)
-        key = (w.data_ptr(), w._version)
-        if key != self.key:
-            self.packed, self.key = torch.ops.mkldnn._reorder_linear_weight(w.detach()), key
-        x2 = x.reshape(-1, x.size(-1)).contiguous()  # [N, k]
-        out = torch.ops.mkldnn._linear_pointwise(x2, self.packed, b, "none", [], "")
-        return out.view(*x.shape[:-1], w.size(0))  # [..., M]
+        return linear(x, self.linear.weight, self.linear.bias, self.packed)
 
 
 def use_onednn_linears_(module: nn.Module) -> nn.Module:

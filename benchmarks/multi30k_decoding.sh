@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Benchmark: beam-search speed on real data, Multi30k en->de test2016, on CPU.
+#
+#   bash benchmarks/multi30k_decoding.sh
+#
+# Trains vaswani_transformer_tiny (3+3 layers, d_model 256: the shape of issue 6's CTranslate2
+# orientation figure) on Multi30k's 29k training pairs for a fixed wall-clock budget, then runs
+# benchmarks/beam_search.py (ours vs fairseq's transformer on the same weights) and, when
+# ctranslate2 is installed, benchmarks/ctranslate2_anchor.py on test2016 (1,000 sentences). Both
+# append their tables to benchmarks/RESULTS.md. The corpus is read in place, never copied into the
+# repository; without it the script stops with a message.
+#
+# Environment: MULTI30K (the corpus directory), WORK_DIR (default: multi30k-work/ at the repository
+# root), TRAIN_MINUTES (12), THREADS for training (all cores), BENCH_THREADS for decoding (1),
+# VOCAB (8000), REPEATS (3).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+MULTI30K="${MULTI30K:-$ROOT/../shared/data/multi30k}"
+WORK_DIR="${WORK_DIR:-$ROOT/multi30k-work}"
+TRAIN_MINUTES="${TRAIN_MINUTES:-12}"
+THREADS="${THREADS:-$(nproc)}"
+BENCH_THREADS="${BENCH_THREADS:-1}"
+VOCAB="${VOCAB:-8000}"
+REPEATS="${REPEATS:-3}"
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+fail() { echo "multi30k_decoding.sh: error: $*" >&2; exit 1; }
+
+for split in train val test2016; do
+  for lang in en de; do
+    [[ -f "$MULTI30K/$split.$lang" ]] || fail "$MULTI30K/$split.$lang not found; set MULTI30K to the corpus directory"
+  done
+done
+if [[ -z "${VIRTUAL_ENV:-}" ]]; then
+  [[ -f "$ROOT/.venv/bin/activate" ]] || fail "no virtualenv active and no $ROOT/.venv (run: bash scripts/install.sh)"
+  # shellcheck disable=SC1091
+  source "$ROOT/.venv/bin/activate"
+fi
+cd "$ROOT"  # --user-dir vaswani_plugin names this checkout's package
+mkdir -p "$WORK_DIR"
+
+step "checking and encoding Multi30k (joint sentencepiece, $VOCAB pieces)"
+python -m vaswani_plugin.data.check_parallel check "$MULTI30K/train.en" "$MULTI30K/train.de" \
+  "$MULTI30K/val.en" "$MULTI30K/val.de" "$MULTI30K/test2016.en" "$MULTI30K/test2016.de"
+python -m vaswani_plugin.data.spm train --inputs "$MULTI30K/train.en" "$MULTI30K/train.de" \
+  --model-prefix "$WORK_DIR/spm" --vocab-size "$VOCAB"
+python - "$WORK_DIR" "$MULTI30K" <<'PY'
+import sys
+
+from vaswani_plugin.data.spm import encode
+
+work, corpus = sys.argv[1:]
+for ours, theirs in (("train", "train"), ("valid", "val"), ("test", "test2016")):
+    for lang in ("en", "de"):
+        encode(f"{work}/spm.model", f"{corpus}/{theirs}.{lang}", f"{work}/{ours}.sp.{lang}")
+PY
+rm -rf "$WORK_DIR/data-bin"
+fairseq-preprocess --source-lang en --target-lang de --trainpref "$WORK_DIR/train.sp" \
+  --validpref "$WORK_DIR/valid.sp" --testpref "$WORK_DIR/test.sp" --destdir "$WORK_DIR/data-bin" \
+  --joined-dictionary --workers "$THREADS"
+
+step "fairseq-train vaswani_transformer_tiny for $TRAIN_MINUTES minutes"
+rm -rf "$WORK_DIR/checkpoints"
+OMP_NUM_THREADS="$THREADS" fairseq-train "$WORK_DIR/data-bin" --user-dir vaswani_plugin \
+  --arch vaswani_transformer_tiny --share-all-embeddings --dropout 0.3 \
+  --criterion label_smoothed_xent --label-smoothing 0.1 \
+  --optimizer adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-9 \
+  --lr-scheduler inverse_sqrt_warmup --warmup-updates 400 --lr-scale 0.4 \
+  --max-tokens 4096 --seed 1 --stop-time-hours "$(python -c "print($TRAIN_MINUTES / 60)")" \
+  --save-dir "$WORK_DIR/checkpoints" --no-epoch-checkpoints --log-interval 50
+checkpoint="$WORK_DIR/checkpoints/checkpoint_last.pt"
+
+step "beam search: ours vs fairseq's transformer on the same weights"
+python benchmarks/beam_search.py --checkpoint "$checkpoint" --data "$WORK_DIR/data-bin" --split test \
+  --label "Multi30k test2016 (1000)" --batch-size 64 --threads "$BENCH_THREADS" --repeats "$REPEATS" --bf16
+
+if python -c 'import ctranslate2' 2> /dev/null; then
+  step "beam search: ours vs CTranslate2"
+  python benchmarks/ctranslate2_anchor.py --checkpoint "$checkpoint" --data "$WORK_DIR/data-bin" --split test \
+    --label "Multi30k test2016 (1000)" --batch-size 64 --threads "$BENCH_THREADS" --repeats "$REPEATS"
+else
+  step "ctranslate2 is not installed (pip install ctranslate2): skipping the CTranslate2 anchor"
+fi
+step "tables appended to $ROOT/benchmarks/RESULTS.md; work files in $WORK_DIR"
