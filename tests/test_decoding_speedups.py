@@ -135,11 +135,17 @@ def test_onednn_linear_equals_f_linear_in_values_and_gradients_and_follows_chang
     torch.testing.assert_close(lin.weight.grad, ref.weight.grad, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(lin.bias.grad, ref.bias.grad, atol=1e-5, rtol=1e-5)
     lin.eval()
+    with torch.no_grad():  # validation between updates: fairseq's Adam writes param.data in place
+        torch.testing.assert_close(lin(x), ref(x), atol=1e-5, rtol=1e-5)
+        lin.weight.data.add_(1.0)
+        ref.weight.data.add_(1.0)
+        torch.testing.assert_close(lin(x), ref(x), atol=1e-5, rtol=1e-5)  # nothing stale while training
+    use_onednn_linears_(torch.nn.Sequential(lin), pack=True)  # make_generation_fast_: decoding only
     with torch.inference_mode():
         torch.testing.assert_close(lin(x), ref(x), atol=1e-5, rtol=1e-5)  # packed weights
-    assert lin.forward.packed is not None
+    assert lin.forward.packed.packed is not None
     with torch.no_grad():
-        lin.weight.mul_(2.0)  # an in-place update (an optimizer step): the packed copy must follow
+        lin.weight.mul_(2.0)  # an in-place op on the parameter (e.g. load_state_dict): repacked
         ref.weight.mul_(2.0)
         torch.testing.assert_close(lin(x), ref(x), atol=1e-5, rtol=1e-5)
     assert torch.equal(lin.state_dict()["weight"], ref.state_dict()["weight"])  # parameters untouched

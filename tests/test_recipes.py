@@ -193,7 +193,8 @@ def test_an_unknown_model_is_refused():
 # ----------------------------------------------------------------------------- shellcheck
 
 SCRIPTS = sorted(glob.glob(os.path.join(RECIPES, "**", "*.sh"), recursive=True)
-                 + glob.glob(os.path.join(ROOT, "scripts", "*.sh")))
+                 + glob.glob(os.path.join(ROOT, "scripts", "*.sh"))
+                 + glob.glob(os.path.join(ROOT, "benchmarks", "*.sh")))
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")

@@ -152,7 +152,7 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         # fairseq switches this on for --print-alignment (make_generation_fast_); training and plain
         # beam search then skip the explicit attention-weights path.
         self.need_attn = False
-        self._packed_output = PackedWeight()
+        self._packed_output = None  # oneDNN's packed copy of the projection, once only decoding is left
 
     def forward(
         self,
@@ -212,7 +212,11 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         return self.embedding.embed_tokens.weight
 
     def make_generation_fast_(self, need_attn: bool = False, **unused):
+        """fairseq-generate, -interactive and the hub call this: from now on the model only decodes."""
         self.need_attn = need_attn
+        use_onednn_linears_(self, pack=True)
+        if self._packed_output is None:
+            self._packed_output = PackedWeight()
 
     def max_positions(self) -> int:
         return self.max_target_positions

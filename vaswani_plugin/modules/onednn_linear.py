@@ -9,7 +9,8 @@ decoding shapes alike; reordering a weight once into oneDNN's blocked layout hel
 - `linear(x, weight, bias, packed)`: `F.linear` with, while autograd records, an autograd Function
   whose forward and both backward products go through oneDNN, and otherwise the weight packed once
   (`PackedWeight`, re-packed when the weight changes);
-- `use_onednn_linears_(module)` gives every `nn.Linear` inside a module that path.
+- `use_onednn_linears_(module, pack)` gives every `nn.Linear` inside a module that path, packing
+  weights only for a model that decodes from then on.
 Anything else (other dtypes, other devices, no oneDNN) takes plain `F.linear`. Results equal
 `F.linear`'s up to float rounding (another summation order); parameters and state_dict are untouched.
 """
@@ -62,8 +63,9 @@ class _OneDNNLinear(torch.autograd.Function):
 
 
 class PackedWeight:
-    """oneDNN's blocked copy of one weight for inference, re-made whenever the weight changes (an
-    optimizer step, a checkpoint load: its data pointer or version counter moves)."""
+    """oneDNN's blocked copy of one weight for inference, re-made when the weight's data pointer or
+    version counter moves (load_state_dict, in-place ops on the parameter; not in-place ops on
+    `param.data`, which optimizers use: see `use_onednn_linears_`)."""
 
     def __init__(self):
         self.packed, self.key = None, None
@@ -92,16 +94,24 @@ class _OneDNNLinearForward:
     """Replaces one nn.Linear instance's forward (its parameters and state_dict stay as they are)."""
 
     def __init__(self, module: nn.Linear):
-        self.linear, self.packed = module, PackedWeight()
+        self.linear, self.packed = module, None
 
     def __call__(self, x: Tensor) -> Tensor:
         return linear(x, self.linear.weight, self.linear.bias, self.packed)
 
 
-def use_onednn_linears_(module: nn.Module) -> nn.Module:
-    """Give every nn.Linear inside `module` the oneDNN CPU path (a no-op without oneDNN)."""
+def use_onednn_linears_(module: nn.Module, pack: bool = False) -> nn.Module:
+    """Give every nn.Linear inside `module` the oneDNN CPU path (a no-op without oneDNN).
+
+    `pack=True` is for a model that only decodes from now on (fairseq's make_generation_fast_): its
+    weights are then packed once. Not while training: optimizers update `param.data` in place, which
+    moves neither the data pointer nor the version counter `PackedWeight` watches, so a packed copy
+    would go stale between validations."""
     if _AVAILABLE:
         for sub in module.modules():
-            if isinstance(sub, nn.Linear) and not isinstance(sub.forward, _OneDNNLinearForward):
-                sub.forward = _OneDNNLinearForward(sub)
+            if isinstance(sub, nn.Linear):
+                if not isinstance(sub.forward, _OneDNNLinearForward):
+                    sub.forward = _OneDNNLinearForward(sub)
+                if pack and sub.forward.packed is None:
+                    sub.forward.packed = PackedWeight()
     return module
