@@ -13,6 +13,8 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import common
 import train_step
 
+from vaswani_plugin.modules import onednn_linear
+
 
 def test_quick_run_prints_one_row_per_model():
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -29,12 +31,14 @@ def test_quick_run_prints_one_row_per_model():
     assert float(rows[2][2].replace(",", "")) > 0
 
 
-def test_flop_formula_matches_torch_flop_counter_on_a_forward():
+def test_flop_formula_matches_torch_flop_counter_on_a_forward(monkeypatch):
     args = train_step.parse_args(["--quick", "--child", "--model", "ours"])
     _, model, dictionary = train_step.build(args)
     sample, _ = train_step.batch(args, dictionary, seed=0)
     model.eval()
-    # the math backend spells attention as matmuls, which the counter sees (CPU flash kernels it does not)
+    # The counter sees aten matmuls only: linear layers take F.linear instead of oneDNN's primitive,
+    # and the math backend spells attention as matmuls (CPU flash kernels it does not see either).
+    monkeypatch.setattr(onednn_linear, "_AVAILABLE", False)
     with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
         model(**sample["net_input"])
     assert counter.get_total_flops() == train_step.train_flops(args, sample) / 3
