@@ -8,7 +8,9 @@ one; outputs compared before timing). Two modes per length T:
 - training: forward + backward of causal self-attention over [B, T, d];
 - incremental: one decoding step (1 query) against a cache of T earlier steps, plus the beam reorder
   fairseq's generator performs before every step (identity order here: same work, same rows).
-Timings interleave the two modules and take medians; the table is appended to benchmarks/RESULTS.md.
+Ours is timed twice: as a plain module (F.linear) and with its projections through oneDNN, as the
+model runs it on CPU (`use_onednn_linears_`). Timings interleave the modules and take medians; the
+table is appended to benchmarks/RESULTS.md.
 """
 import argparse
 import os
@@ -99,25 +101,34 @@ def timed(fn, device):
 
 
 def run(args):
+    import copy
+
+    from vaswani_plugin.modules import use_onednn_linears_
+
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     ours, theirs = same_weight_pair(args.d_model, args.heads, args.device)
+    # As inside the model: the projections' GEMMs through oneDNN on CPU (F.linear elsewhere)
+    ours_onednn = use_onednn_linears_(copy.deepcopy(ours))
     rows = []
     for mode, build, grad in (("training fwd+bwd", training_step, True), ("incremental step", incremental_step, False)):
         for t in args.lengths:
             x = torch.randn(args.batch, t, args.d_model, device=args.device)
             run_ours, run_theirs = build(ours, theirs, x)
-            times = {"ours": [], "fairseq": []}
+            run_onednn, _ = build(ours_onednn, theirs, x)
+            systems = (("ours", run_ours), ("ours+oneDNN", run_onednn), ("fairseq", run_theirs))
+            times = {name: [] for name, _ in systems}
             with torch.set_grad_enabled(grad):
                 for rep in range(args.repeats + 2):  # two warm-up rounds
-                    pair = (("ours", run_ours), ("fairseq", run_theirs))
-                    for name, fn in (pair if rep % 2 == 0 else pair[::-1]):
+                    for name, fn in (systems if rep % 2 == 0 else systems[::-1]):
                         elapsed = timed(fn, args.device)
                         if rep >= 2:
                             times[name].append(elapsed)
-            a, b = median(times["ours"]), median(times["fairseq"])
-            rows.append([mode, t, f"{a * 1e3:.3f}", f"{b * 1e3:.3f}", f"**{b / a:.2f}x**"])
-    header = ["mode", "length T", "ours (ms)", "fairseq MultiheadAttention (ms)", "speed-up"]
+            a, c, b = median(times["ours"]), median(times["ours+oneDNN"]), median(times["fairseq"])
+            rows.append([mode, t, f"{a * 1e3:.3f}", f"{c * 1e3:.3f}", f"{b * 1e3:.3f}", f"**{b / a:.2f}x**",
+                         f"**{b / c:.2f}x**"])
+    header = ["mode", "length T", "ours (ms)", "ours, oneDNN linears (ms)", "fairseq MultiheadAttention (ms)",
+              "speed-up", "speed-up, oneDNN"]
     return markdown_table(header, rows)
 
 
