@@ -124,6 +124,10 @@ class VaswaniEncoder(FairseqEncoder):
             out["memory_padding_mask"] = padding_mask
         return out
 
+    def make_generation_fast_(self, **unused):
+        """fairseq-generate, -interactive and the hub call this: from now on the model only decodes."""
+        use_onednn_linears_(self, pack=True)
+
     def reorder_encoder_out(self, encoder_out: Dict[str, Tensor], new_order: Tensor) -> Dict[str, Tensor]:
         """Beam search calls this every step. The reorders compose into "memory_rows" [B] (decoder row
         -> row of "memory"), so the encoder output is never copied, not even beam-fold at the start:
