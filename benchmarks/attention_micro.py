@@ -16,11 +16,12 @@ import argparse
 import os
 import sys
 import time
+from statistics import median
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import append_results, markdown_table, median
+from common import append_results, markdown_table
 
 
 def same_weight_pair(d_model, heads, device):
@@ -161,7 +162,6 @@ def main(argv=None):
                  "`benchmarks/attention_micro.py`.")
         append_results("Attention micro-benchmark: FusedSelfAttention vs fairseq MultiheadAttention", table,
                        device=args.device, notes=notes)
-        print("appended to benchmarks/RESULTS.md")
 
 
 if __name__ == "__main__":

@@ -20,11 +20,12 @@ import os
 import sys
 import tempfile
 import time
+from statistics import median
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import append_results, markdown_table, median
+from common import append_results, markdown_table
 
 
 def load_pair(checkpoint, data, workdir):
@@ -225,7 +226,6 @@ def main(argv=None):
             notes += f"\n\nWhere our fp32 decoding time goes (torch.profiler, self CPU time):\n\n```\n{top}\n```"
         append_results("Beam search: vaswani_transformer vs fairseq transformer (same weights)", table,
                        device=args.device, notes=notes)
-        print("appended to benchmarks/RESULTS.md")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ benchmarks/RESULTS.md.
 import datetime
 import os
 import platform
-import statistics
 import subprocess
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -66,14 +66,11 @@ def markdown_table(header, rows) -> str:
     return "\n".join(lines)
 
 
-def median(values):
-    return statistics.median(values)
-
-
 def append_results(title: str, table_markdown: str, device: str = "cpu", notes: str = "",
                    path: str = RESULTS) -> str:
-    """Append `## title`, the machine header, optional notes and the table to RESULTS.md; returns the
-    appended text (RESULTS_MD in the environment redirects it, e.g. to $OUT on a lent GPU)."""
+    """Append `## title`, the machine header, optional notes and the table to RESULTS.md, say where on
+    stderr, and return the appended text (RESULTS_MD in the environment redirects it, e.g. to $OUT on a
+    lent GPU)."""
     path = os.environ.get("RESULTS_MD", path)
     text = f"\n## {title}\n\n{machine_header(device)}\n\n"
     if notes:
@@ -81,4 +78,5 @@ def append_results(title: str, table_markdown: str, device: str = "cpu", notes: 
     text += table_markdown.rstrip() + "\n"
     with open(path, "a", encoding="utf-8") as f:
         f.write(text)
+    print(f"appended to {path}", file=sys.stderr)
     return text

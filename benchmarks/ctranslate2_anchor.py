@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from statistics import median
 
 import torch
 
@@ -34,7 +35,7 @@ from beam_search import (  # the same helpers and batches
     load_pair,
     make_batches,
 )
-from common import append_results, markdown_table, median
+from common import append_results, markdown_table
 
 INSTALL_HINT = "ctranslate2_anchor.py: error: CTranslate2 is not installed: pip install ctranslate2"
 
@@ -158,7 +159,6 @@ def main(argv=None):
                  f"{args.repeats} interleaved passes; checkpoint `{args.checkpoint}`. Produced by "
                  "`benchmarks/ctranslate2_anchor.py`.")
         append_results("Decoding vs CTranslate2 (same model, same sentences)", table, notes=notes)
-        print("appended to benchmarks/RESULTS.md")
 
 
 if __name__ == "__main__":

@@ -35,10 +35,11 @@ import resource
 import subprocess
 import sys
 import time
+from statistics import median
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import append_results, markdown_table, median
+from common import append_results, markdown_table
 
 H200_PEAK_FLOPS = 989e12  # dense fp16/bf16 tensor-core peak
 SHAPES = {  # ours' preset, fairseq's arch, (layers, d_model, d_ff, heads)
@@ -246,7 +247,6 @@ def main(argv=None):
                  f"{args.vocab} joined vocabulary, {args.repeats} interleaved pairs of {args.warmup} warm-up + "
                  f"{args.steps} timed steps; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
         append_results(f"Training step, {args.shape}, {args.device} {args.dtype}", text, args.device, notes)
-        print(f"appended to {os.environ.get('RESULTS_MD', os.path.join(HERE, 'RESULTS.md'))}", file=sys.stderr)
 
 
 if __name__ == "__main__":
