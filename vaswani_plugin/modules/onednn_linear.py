@@ -42,6 +42,12 @@ def matmul_nt(a: Tensor, b: Tensor) -> Tensor:
     return _linear(a, b) if _cpu_fp32(a, b) else a @ b.t()
 
 
+def nt_operand(b: Tensor) -> Tensor:
+    """`b` laid out for repeated use as `matmul_nt`'s second operand: dense once, where oneDNN would
+    otherwise copy a strided `b` on every call."""
+    return b.contiguous() if _cpu_fp32(b) else b
+
+
 class _OneDNNLinear(torch.autograd.Function):
     """y = x Wᵀ + b with dy/dx = g W and dW = gᵀ x, every product through oneDNN."""
 
