@@ -65,3 +65,15 @@ def preprocess_synthetic(work, sizes, seed=5):
 def eq3(step, d_model, warmup):
     """lrate of Eq. 3 (§5.3), written from the paper: d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)."""
     return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def train_inner_values(proc, key):
+    """{num_updates: value of KEY} from the json `train_inner` lines of a fairseq-train run."""
+    import json
+
+    out = {}
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if "train_inner" in line and "{" in line:
+            entry = json.loads(line[line.index("{"):])
+            out[int(entry["num_updates"])] = float(entry[key])
+    return out

@@ -6,20 +6,10 @@ per-update loss difference was 0.058, 0.054 and 0.087 on a 350-pair corpus with 
 256 and 64, and 0.075 on this test's 200 pairs with 64 (at most 1% of the loss); the mean
 difference 0.005-0.016. The test allows 0.25 per update and 0.05 on average.
 """
-import json
 
-from helpers import run_tool as run
+from helpers import run_tool as run, train_inner_values
 
 UPDATES = 50
-
-
-def losses(proc):
-    out = {}
-    for line in (proc.stdout + proc.stderr).splitlines():
-        if "train_inner" in line and "{" in line:
-            entry = json.loads(line[line.index("{"):])
-            out[int(entry["num_updates"])] = float(entry["loss"])
-    return out
 
 
 def train(data, save_dir, *extra):
@@ -37,7 +27,7 @@ def test_bf16_trains_on_cpu_and_tracks_fp32(small_trained, tmp_path):
     fp32 = train(data, tmp_path / "fp32")
     log = bf16.stdout + bf16.stderr
     assert "'bf16': True" in log and "'tpu': False" in log  # fairseq's bf16 path, without the TPU it implied
-    a, b = losses(bf16), losses(fp32)
+    a, b = train_inner_values(bf16, "loss"), train_inner_values(fp32, "loss")
     assert sorted(a) == sorted(b) == list(range(1, UPDATES + 1))
     gaps = [abs(a[n] - b[n]) for n in a]
     assert max(gaps) <= 0.25 and sum(gaps) / len(gaps) <= 0.05, gaps

@@ -4,14 +4,13 @@ One module-scoped run of fairseq-preprocess -> fairseq-train serves all the test
 then exercises one entry point or one promise (schedule across resume, every sentence translated,
 weights-only loading, one-line errors).
 """
-import json
 import os
 
 import numpy as np
 import pytest
 import torch
 
-from helpers import ROOT, eq3, run_tool as run, write_parallel_splits
+from helpers import ROOT, eq3, run_tool as run, train_inner_values, write_parallel_splits
 from vaswani_plugin.data.synthetic_corpus import generate_pairs
 
 TINY = ["--encoder-layers", "1", "--decoder-layers", "1", "--d-model", "32", "--d-ff", "64",
@@ -41,19 +40,9 @@ def trained(tmp_path_factory):
     return {"work": work, "bin": work / "bin", "ckpt": work / "ckpt", "first": first, "resumed": resumed}
 
 
-def logged_lrs(proc):
-    """{num_updates: lr} from fairseq's json train_inner lines."""
-    out = {}
-    for line in (proc.stdout + proc.stderr).splitlines():
-        if "train_inner" in line and "{" in line:
-            entry = json.loads(line[line.index("{"):])
-            out[int(entry["num_updates"])] = float(entry["lr"])
-    return out
-
-
 def test_schedule_follows_eq3_and_survives_resume(trained):
     # fairseq logs, for update n, the rate it set afterwards for update n + 1
-    first, resumed = logged_lrs(trained["first"]), logged_lrs(trained["resumed"])
+    first, resumed = train_inner_values(trained["first"], "lr"), train_inner_values(trained["resumed"], "lr")
     assert sorted(first) == list(range(1, 13)) and sorted(resumed) == list(range(13, 17))
     for n, lr in {**first, **resumed}.items():
         assert lr == pytest.approx(eq3(n + 1, D_MODEL, WARMUP), rel=1e-3), n
