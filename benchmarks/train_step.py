@@ -75,6 +75,7 @@ def build(args):
     from fairseq.trainer import Trainer
 
     import vaswani_plugin
+    from vaswani_plugin.fairseq_fixes.bf16_cpu import clear_implied_tpu
 
     # Neither model has attention or feed-forward dropout by default (both arches' defaults: 0).
     flags = ["/nonexistent-data", "--task", "translation", "--user-dir", vaswani_plugin.user_dir(),
@@ -84,7 +85,7 @@ def build(args):
     if args.device == "cpu":
         flags.append("--cpu")
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), flags))
-    cfg.common.tpu = False  # what the plugin's bf16_cpu does for fairseq-train: --bf16 without torch_xla
+    clear_implied_tpu(cfg)  # as fairseq-train does with the plugin: --bf16 without torch_xla
     dictionary = Dictionary()
     for i in range(args.vocab - len(dictionary)):
         dictionary.add_symbol(f"w{i}")

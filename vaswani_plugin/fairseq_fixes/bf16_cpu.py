@@ -20,14 +20,19 @@ from fairseq.distributed import utils as distributed_utils
 _fairseq_call_main = distributed_utils.call_main
 
 
-def call_main(cfg, main, **kwargs):
-    """fairseq's `call_main`, with `tpu` cleared where only `--bf16` implied it."""
+def clear_implied_tpu(cfg) -> None:
+    """Clear `tpu` in every section of a fairseq config where only `--bf16` implied it (no torch_xla)."""
     if cfg.common.bf16 and cfg.common.tpu and importlib.util.find_spec("torch_xla") is None:
         # Copies of common.tpu sit in other sections too (already resolved): distributed_training
         # picks the DDP wrapper by it, optimizer (adam) its implementation.
         for section in cfg.values():
             if hasattr(section, "keys") and "tpu" in section:
                 section.tpu = False
+
+
+def call_main(cfg, main, **kwargs):
+    """fairseq's `call_main`, with `tpu` cleared where only `--bf16` implied it."""
+    clear_implied_tpu(cfg)
     return _fairseq_call_main(cfg, main, **kwargs)
 
 
