@@ -8,7 +8,11 @@ Departures from the paper, each pinned by a test:
 - decoder self-attention relies on targets being right-padded (fairseq's default,
   `--left-pad-target False`): the causal mask alone then hides every pad from every real query;
 - `--positional-layout fairseq`, `--normalize-before` and `--untie-output-projection` exist only to
-  express fairseq checkpoints (see `vaswani_plugin.convert`).
+  express fairseq checkpoints (see `vaswani_plugin.convert`);
+- the paper gives no initialisation: we use fairseq's transformer's (embeddings N(0, d^-1/2); Q, K, V
+  xavier-uniform with gain 1/sqrt(2) and W^O xavier-uniform, in `modules.attention`; feed-forward
+  layers PyTorch's default), which learned more per update on Multi30k than xavier-uniform with zero
+  biases everywhere (issue 12; benchmarks/multi30k_fidelity.sh).
 
 Speed only, same function: on CPU in fp32 every linear layer runs through oneDNN
 (`modules.onednn_linear`), and during beam search the encoder output is never copied: reorders
@@ -246,18 +250,6 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
         tgt_embed = src_embed if cfg.share_all_embeddings else _embedding(task.target_dictionary, cfg.d_model)
         encoder = VaswaniEncoder(cfg, task.source_dictionary, src_embed)
         decoder = VaswaniDecoder(cfg, task.target_dictionary, tgt_embed)
-        _init_linear_layers(encoder)
-        _init_linear_layers(decoder)
         # fp32 on CPU: every linear layer's GEMMs through oneDNN, ~2x MKL's here (modules.onednn_linear)
         return use_onednn_linears_(cls(encoder, decoder))
 
-
-def _init_linear_layers(module: nn.Module) -> None:
-    """Xavier-uniform weights and zero biases. A packed projection is initialised block by block, so
-    it starts exactly as the separate Q, K, V (or K, V) projections would."""
-    for name, sub in module.named_modules():
-        if isinstance(sub, nn.Linear) and not name.endswith("output_projection"):  # initialised like an embedding
-            blocks = 3 if name.endswith("qkv_proj") else 2 if name.endswith("kv_proj") else 1
-            for block in sub.weight.data.chunk(blocks, dim=0):
-                nn.init.xavier_uniform_(block)
-            nn.init.zeros_(sub.bias)

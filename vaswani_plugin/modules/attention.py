@@ -6,6 +6,9 @@ or a boolean key-padding mask, so that the flash / memory-efficient kernels stay
 and no float -inf matrix is materialised. An explicit path computes the weights when a caller
 asks for them (alignments, plots).
 
+Initialisation (the paper specifies none) is fairseq's transformer's: see `init_input_projection_`;
+W^O is xavier-uniform with a zero bias.
+
 The two modules adapt it to the Transformer's two uses (§3.2.3):
 - `FusedSelfAttention`: one packed [d, 3d] projection for Q, K and V (one GEMM instead of three);
 - `FusedEncoderDecoderAttention`: Q from the decoder, one packed [d, 2d] projection for K and V
@@ -78,6 +81,17 @@ def scaled_dot_product(
     return torch.matmul(weights, v), weights
 
 
+def init_input_projection_(proj: nn.Linear, blocks: int) -> None:
+    """Initialise a Q, K or V projection as fairseq's MultiheadAttention does (the paper gives no
+    initialisation): xavier-uniform weights with gain 1/sqrt(2), PyTorch's default uniform biases.
+    A packed projection is initialised block by block, so it starts as the separate ones would.
+
+    The gain matters: with gain 1, Q and K start sqrt(2) larger and the logits 2x larger, which
+    learned ~0.3 nats less per update on Multi30k (issue 12)."""
+    for block in proj.weight.data.chunk(blocks, dim=0):
+        nn.init.xavier_uniform_(block, gain=2 ** -0.5)
+
+
 class _MultiheadBase(nn.Module):
     """Head split/merge, the output projection W^O and the incremental-state key."""
 
@@ -90,6 +104,8 @@ class _MultiheadBase(nn.Module):
         self.head_dim = embed_dim // num_heads
         self.dropout = dropout
         self.out_proj = nn.Linear(embed_dim, embed_dim)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.zeros_(self.out_proj.bias)
         self._state_key = f"{type(self).__name__}.{next(_module_ids)}"
 
     def _split_heads(self, x: Tensor) -> Tensor:
@@ -130,6 +146,7 @@ class FusedSelfAttention(_MultiheadBase):
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0):
         super().__init__(embed_dim, num_heads, dropout)
         self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim)
+        init_input_projection_(self.qkv_proj, blocks=3)
 
     def forward(
         self,
@@ -193,6 +210,8 @@ class FusedEncoderDecoderAttention(_MultiheadBase):
         super().__init__(embed_dim, num_heads, dropout)
         self.q_proj = nn.Linear(embed_dim, embed_dim)
         self.kv_proj = nn.Linear(embed_dim, 2 * embed_dim)
+        init_input_projection_(self.q_proj, blocks=1)
+        init_input_projection_(self.kv_proj, blocks=2)
 
     def forward(
         self,

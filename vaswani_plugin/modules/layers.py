@@ -14,7 +14,10 @@ from .attention import FusedEncoderDecoderAttention, FusedSelfAttention
 
 
 class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2   (§3.3, Eq. 2); `relu_dropout` after the ReLU."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2   (§3.3, Eq. 2); `relu_dropout` after the ReLU.
+
+    W1, W2 and the biases keep PyTorch's default `nn.Linear` initialisation, as in fairseq's
+    transformer (the paper specifies none; xavier with zero biases learned less per update)."""
 
     def __init__(self, d_model: int, d_ff: int, relu_dropout: float = 0.0):
         super().__init__()
