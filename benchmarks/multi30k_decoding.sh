@@ -12,7 +12,7 @@
 #
 # Environment: MULTI30K (the corpus directory), WORK_DIR (default: multi30k-work/ at the repository
 # root), TRAIN_MINUTES (12), THREADS for training (all cores), BENCH_THREADS for decoding (1),
-# VOCAB (8000), REPEATS (3).
+# VOCAB (8000), REPEATS (3). The data-bin is benchmarks/multi30k_prepare.sh's.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,11 +27,6 @@ REPEATS="${REPEATS:-3}"
 step() { printf '\n==> %s\n' "$*" >&2; }
 fail() { echo "multi30k_decoding.sh: error: $*" >&2; exit 1; }
 
-for split in train val test2016; do
-  for lang in en de; do
-    [[ -f "$MULTI30K/$split.$lang" ]] || fail "$MULTI30K/$split.$lang not found; set MULTI30K to the corpus directory"
-  done
-done
 if [[ -z "${VIRTUAL_ENV:-}" ]]; then
   [[ -f "$ROOT/.venv/bin/activate" ]] || fail "no virtualenv active and no $ROOT/.venv (run: bash scripts/install.sh)"
   # shellcheck disable=SC1091
@@ -40,25 +35,8 @@ fi
 cd "$ROOT"  # --user-dir vaswani_plugin names this checkout's package
 mkdir -p "$WORK_DIR"
 
-step "checking and encoding Multi30k (joint sentencepiece, $VOCAB pieces)"
-python -m vaswani_plugin.data.check_parallel check "$MULTI30K/train.en" "$MULTI30K/train.de" \
-  "$MULTI30K/val.en" "$MULTI30K/val.de" "$MULTI30K/test2016.en" "$MULTI30K/test2016.de"
-python -m vaswani_plugin.data.spm train --inputs "$MULTI30K/train.en" "$MULTI30K/train.de" \
-  --model-prefix "$WORK_DIR/spm" --vocab-size "$VOCAB"
-python - "$WORK_DIR" "$MULTI30K" <<'PY'
-import sys
-
-from vaswani_plugin.data.spm import encode
-
-work, corpus = sys.argv[1:]
-for ours, theirs in (("train", "train"), ("valid", "val"), ("test", "test2016")):
-    for lang in ("en", "de"):
-        encode(f"{work}/spm.model", f"{corpus}/{theirs}.{lang}", f"{work}/{ours}.sp.{lang}")
-PY
-rm -rf "$WORK_DIR/data-bin"
-fairseq-preprocess --source-lang en --target-lang de --trainpref "$WORK_DIR/train.sp" \
-  --validpref "$WORK_DIR/valid.sp" --testpref "$WORK_DIR/test.sp" --destdir "$WORK_DIR/data-bin" \
-  --joined-dictionary --workers "$THREADS"
+export MULTI30K WORK_DIR VOCAB THREADS
+bash "$ROOT/benchmarks/multi30k_prepare.sh"
 
 step "fairseq-train vaswani_transformer_tiny for $TRAIN_MINUTES minutes"
 rm -rf "$WORK_DIR/checkpoints"

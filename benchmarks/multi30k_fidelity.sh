@@ -20,7 +20,7 @@
 # LONG (3000; 0 = no long run), JOBS (2), EVAL_THREADS (2), and those of multi30k_prepare.sh.
 set -euo pipefail
 RECIPE=multi30k_fidelity.sh
-# shellcheck source=../recipes/lib/common.sh
+# shellcheck source=recipes/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../recipes/lib/common.sh"
 
 WORK_DIR="${WORK_DIR:-$ROOT/multi30k-work}"

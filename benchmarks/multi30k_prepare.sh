@@ -13,7 +13,7 @@
 # WORK_DIR (default multi30k-work/ at the repository root), VOCAB (8000), THREADS (all cores).
 set -euo pipefail
 RECIPE=multi30k_prepare.sh
-# shellcheck source=../recipes/lib/common.sh
+# shellcheck source=recipes/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../recipes/lib/common.sh"
 
 MULTI30K="${MULTI30K:-$ROOT/../shared/data/multi30k}"
