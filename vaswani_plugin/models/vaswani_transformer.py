@@ -16,7 +16,8 @@ Departures from the paper, each pinned by a test:
 
 Speed only, same function: on CPU in fp32 every linear layer runs through oneDNN
 (`modules.onednn_linear`), and during beam search the encoder output is never copied: reorders
-compose into "memory_rows" and each cross-attention keeps one K/V per source sentence.
+compose into "memory_rows", which every layer's encoder-decoder attention reads through its cache,
+one K/V per source sentence (`modules.attention_cache`).
 """
 from dataclasses import dataclass, field
 from typing import Dict, Optional
@@ -188,22 +189,14 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         x = self.embedding(prev_output_tokens, last_step_only=incremental_state is not None)  # [B, T, d]
         memory = encoder_out["memory"]
         memory_padding_mask = encoder_out.get("memory_padding_mask")
-        memory_rows = encoder_out.get("memory_rows")  # set by reorder_encoder_out
-        if memory_rows is not None and incremental_state is None:
-            memory = memory.index_select(0, memory_rows)  # [B, S, d]: a full pass gets one row per row
-            if memory_padding_mask is not None:
-                memory_padding_mask = memory_padding_mask.index_select(0, memory_rows)  # [B, S]
-        elif memory_rows is not None:
-            for layer in self.layers:
-                if layer.cross_attn.get_state(incremental_state) is None:
-                    layer.cross_attn.start(incremental_state, memory, memory_padding_mask, memory_rows)
+        memory_rows = encoder_out.get("memory_rows")  # beam search's reorders, see reorder_encoder_out
         if alignment_layer is None:
             alignment_layer = len(self.layers) - 1
         attn = None
         for i, layer in enumerate(self.layers):
             want = self.need_attn and i == alignment_layer
             x, weights = layer(x, memory, memory_padding_mask, incremental_state=incremental_state,
-                               need_weights=want)
+                               need_weights=want, memory_rows=memory_rows)
             if want:
                 attn = weights.float().mean(dim=1)  # [B, T, S], averaged over heads as fairseq expects
         if self.final_norm is not None:
