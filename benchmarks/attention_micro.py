@@ -9,7 +9,7 @@ one; outputs compared before timing). Two modes per length T:
 - incremental: one decoding step (1 query) against a cache of T earlier steps, plus the beam reorder
   fairseq's generator performs before every step (identity order here: same work, same rows).
 Ours is timed twice: as a plain module (F.linear) and with its projections through oneDNN, as the
-model runs it on CPU (`use_onednn_linears_`). Timings interleave the modules and take medians; the
+model runs it on CPU (`use_onednn_linears_`: OneDNNLinear layers). Timings interleave the modules and take medians; the
 table is appended to benchmarks/RESULTS.md.
 """
 import argparse

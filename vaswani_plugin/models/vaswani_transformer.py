@@ -14,11 +14,12 @@ Departures from the paper, each pinned by a test:
   layers PyTorch's default), which learned more per update on Multi30k than xavier-uniform with zero
   biases everywhere (issue 12; benchmarks/multi30k_fidelity.sh).
 
-Speed only, same function: on CPU in fp32 every linear layer runs through oneDNN
-(`modules.onednn_linear`), and during beam search the encoder output is never copied: reorders
+Speed only, same function: the linear-layer backend is chosen in `build_model` (on CPU in fp32,
+oneDNN: `modules.onednn_linear`; the layers then print as OneDNNLinear), and during beam search the encoder output is never copied: reorders
 compose into "memory_rows", which every layer's encoder-decoder attention reads through its cache,
 one K/V per source sentence (`modules.attention_cache`).
 """
+import logging
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
@@ -35,6 +36,9 @@ from torch import Tensor, nn
 
 from ..errors import ConfigError
 from ..modules import DecoderLayer, EncoderLayer, PackedWeight, ScaledEmbedding, linear, use_onednn_linears_
+from ..modules.onednn_linear import onednn_available
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -243,6 +247,11 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
         tgt_embed = src_embed if cfg.share_all_embeddings else _embedding(task.target_dictionary, cfg.d_model)
         encoder = VaswaniEncoder(cfg, task.source_dictionary, src_embed)
         decoder = VaswaniDecoder(cfg, task.target_dictionary, tgt_embed)
-        # fp32 on CPU: every linear layer's GEMMs through oneDNN, ~2x MKL's here (modules.onednn_linear)
-        return use_onednn_linears_(cls(encoder, decoder))
+        model = cls(encoder, decoder)
+        # The linear-layer backend (speed only): fp32 GEMMs on CPU through oneDNN, ~2x MKL's here, and
+        # F.linear for other dtypes and devices or where oneDNN's ops are missing (modules.onednn_linear)
+        use_onednn_linears_(model)
+        logger.info("linear layers: %s", "oneDNN for fp32 on CPU, F.linear otherwise" if onednn_available()
+                    else "F.linear")
+        return model
 
