@@ -1,8 +1,10 @@
 """The oneDNN linear backend (modules/onednn_linear.py) reaches oneDNN through private torch ops.
 When one is missing, or fails the first time it is used, one log line says so and every linear layer
 computes with F.linear; modules that are not on the CPU are never wrapped (issue 16)."""
+import inspect
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -32,6 +34,12 @@ MISSING_OP = textwrap.dedent("""
     x = torch.randn(3, 8)
     print("equal", all(torch.equal(m(x), F.linear(x, m.weight, m.bias)) for m in linears if m.in_features == 8))
 """)
+
+
+def test_every_private_op_the_file_calls_is_looked_up_at_import():
+    source = inspect.getsource(onednn_linear)
+    assert not re.findall(r"torch\.ops\.mkldnn\.\w+\(", source)  # every call goes through _call
+    assert set(re.findall(r'_call\("(\w+)"', source)) == set(onednn_linear._PRIVATE_OPS)
 
 
 def test_a_missing_private_op_is_detected_at_import_and_logged_once():
