@@ -94,7 +94,13 @@ def test_an_op_that_worked_once_raises_its_later_errors(monkeypatch):
     assert onednn_linear.onednn_available()
 
 
-def test_modules_off_the_cpu_stay_unwrapped():
+def test_modules_off_the_cpu_stay_unwrapped(monkeypatch):
+    monkeypatch.setattr(onednn_linear, "_AVAILABLE", True)
     lin = torch.nn.Linear(8, 5, device="meta")  # stands for a CUDA module: any device but the CPU
     onednn_linear.use_onednn_linears_(lin, pack=True)
     assert type(lin) is torch.nn.Linear
+    model = onednn_linear.use_onednn_linears_(torch.nn.Sequential(torch.nn.Linear(8, 5)), pack=True)
+    assert type(model[0]) is onednn_linear.OneDNNLinear
+    model.to("meta")  # built on the CPU, then moved (fairseq's Trainer moves the model to the GPU)
+    assert type(model[0]) is torch.nn.Linear and "packed" not in vars(model[0])
+    assert model[0].weight.device.type == "meta"

@@ -157,10 +157,18 @@ class OneDNNLinear(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias, self.packed)
 
+    def _apply(self, fn, *args, **kwargs):
+        """`.cuda()`, `.to(device)`: a layer that leaves the CPU becomes a plain nn.Linear again."""
+        super()._apply(fn, *args, **kwargs)
+        if self.weight.device.type != "cpu":
+            self.__class__ = nn.Linear
+            self.__dict__.pop("packed", None)
+        return self
+
 
 def use_onednn_linears_(module: nn.Module, pack: bool = False) -> nn.Module:
-    """Make every CPU `nn.Linear` inside `module` a `OneDNNLinear` (a no-op without oneDNN; modules
-    already on CUDA stay as they are).
+    """Make every CPU `nn.Linear` inside `module` a `OneDNNLinear` (a no-op without oneDNN). Layers on
+    CUDA stay plain `nn.Linear`s, and a `OneDNNLinear` moved off the CPU becomes one again.
 
     `pack=True` is for a model that only decodes from now on (fairseq's make_generation_fast_): its
     weights are then packed once. Not while training: optimizers update `param.data` in place, which
