@@ -18,6 +18,8 @@
 #
 # Environment: MULTI30K, WORK_DIR (default multi30k-work/), SEEDS ("1 2 3"), SHORT (810),
 # LONG (3000; 0 = no long run), JOBS (2), EVAL_THREADS (2), and those of multi30k_prepare.sh.
+# A rerun skips the runs that finished and the checkpoints already scored; SCORE_ONLY=1 trains
+# nothing and scores the checkpoints that exist (say, of a long run stopped early).
 set -euo pipefail
 RECIPE=multi30k_fidelity.sh
 # shellcheck source=recipes/lib/common.sh
@@ -30,6 +32,7 @@ SHORT="${SHORT:-810}"
 LONG="${LONG:-3000}"
 JOBS="${JOBS:-2}"
 EVAL_THREADS="${EVAL_THREADS:-2}"
+SCORE_ONLY="${SCORE_ONLY:-0}"
 export WORK_DIR MULTI30K
 require_tool fairseq-train fairseq-validate fairseq-generate vaswani-plot
 bash "$ROOT/benchmarks/multi30k_prepare.sh"
@@ -67,19 +70,21 @@ done
 updates=$SHORT
 if (( LONG > SHORT )); then updates=$LONG; fi
 jobs_list+=("fairseq $first $updates" "ours $first $updates")
-note "training ${#jobs_list[@]} runs, $JOBS at a time: ${jobs_list[*]}"
-running=0
-for job in "${jobs_list[@]}"; do
-  # shellcheck disable=SC2086  # "MODEL SEED UPDATES" splits into three arguments
-  train $job &
-  running=$((running + 1))
-  if (( running >= JOBS )); then wait -n; running=$((running - 1)); fi
-done
-wait
-for job in "${jobs_list[@]}"; do
-  read -r model seed updates <<< "$job"
-  [[ -f $RUNS/$model-s$seed/done-$updates ]] || die "training $model seed $seed did not finish; see $RUNS/$model-s$seed"
-done
+if [[ $SCORE_ONLY != 1 ]]; then
+  note "training ${#jobs_list[@]} runs, $JOBS at a time: ${jobs_list[*]}"
+  running=0
+  for job in "${jobs_list[@]}"; do
+    # shellcheck disable=SC2086  # "MODEL SEED UPDATES" splits into three arguments
+    train $job &
+    running=$((running + 1))
+    if (( running >= JOBS )); then wait -n; running=$((running - 1)); fi
+  done
+  wait
+  for job in "${jobs_list[@]}"; do
+    read -r model seed updates <<< "$job"
+    [[ -f $RUNS/$model-s$seed/done-$updates ]] || die "training $model seed $seed did not finish; see $RUNS/$model-s$seed"
+  done
+fi
 
 # evaluate DIR CHECKPOINT UPDATES: valid loss/nll and test2016 BLEU into DIR/eval-UPDATES.txt (once).
 evaluate() {
