@@ -162,3 +162,18 @@ def test_constrained_decoding_on_a_random_model(tmp_path, scheme):
                 tokens = [task.target_dictionary[i] for i in hypo["tokens"].tolist()[:-1]]
                 assert delinearize(tokens, words).repairs == {}, tokens
                 assert sum(not t.startswith(("(", ")")) for t in tokens) == len(words)
+
+
+def test_min_len_with_constrained_decoding_is_refused_in_one_line(prepared):
+    """fairseq masks EOS while step < --min-len, before the search step: the constrained search could not
+    end a finished tree there, so the combination is refused by name instead of silently misbehaving."""
+    from vaswani_plugin.errors import ConfigError
+
+    _, data, _ = prepared
+    task, cfg = _task(data, "--constrained-decoding")
+    model = task.build_model(cfg.model)
+    with pytest.raises(ConfigError) as refused:
+        task.build_generator([model], Namespace(beam=2, min_len=3))
+    message = str(refused.value)
+    assert "\n" not in message and "--constrained-decoding" in message and "--min-len" in message
+    task.build_generator([model], Namespace(beam=2, min_len=1))  # the default stays allowed

@@ -177,6 +177,11 @@ class ConstituencyParsingTask(FairseqTask):
         self._nbest = getattr(args, "nbest", 1) or 1
         if not self.cfg.constrained_decoding or getattr(args, "score_reference", False):
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+        if (getattr(args, "min_len", 1) or 1) > 1:
+            # fairseq masks EOS before the search step while step < --min-len, so the search could not end a
+            # hypothesis whose tree is complete; the tree's length is already fixed by the words.
+            raise ConfigError("--constrained-decoding cannot be combined with --min-len: the constrained search "
+                              "ends each tree itself (one pre-terminal per source word)")
         for flag, used in (("--sampling", getattr(args, "sampling", False)),
                            ("--diverse-beam-groups", getattr(args, "diverse_beam_groups", -1) > 0),
                            ("--diversity-rate", getattr(args, "diversity_rate", -1) > -1),
