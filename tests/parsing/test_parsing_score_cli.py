@@ -30,15 +30,65 @@ def files(tmp_path):
 
 
 def test_cli_prints_evalb_report(files):
+    """The numbers EVALB (COLLINS.prm) gives on these raw files, worked by hand from its rules: the
+    unlabelled root of each .mrg tree is a bracket (label "", not deleted: COLLINS.prm deletes only TOP),
+    '.' is deleted with its word, NP-SBJ / PP-LOC are cut to NP / PP, Len. counts the punctuation.
+    s1 words "I ran": gold ""[0,2) S[0,2) NP[0,1) VP[1,2) = 4; test S NP VP = 3, all matched:
+       recall 3/4 = 75.00, precision 3/3 = 100.00.
+    s2 words "the cat sat on the mat": gold ""[0,6) S[0,6) NP[0,2) VP[2,6) PP[3,6) NP[4,6) = 6;
+       test S[0,6) NP[0,2) VP[2,3) PP[3,6) NP[4,6) = 5; matched S NP PP NP = 4 (VP spans differ);
+       recall 4/6 = 66.67, precision 4/5 = 80.00; no test span crosses a gold span.
+    all: recall 7/10 = 70.00, precision 7/8 = 87.50, F = 2 * 70 * 87.5 / 157.5 = 77.78."""
     gold, pred = files
     done = _cli("--gold", gold, "--pred", pred, "--params", "collins")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    # s1: 3 of 3; s2: gold S NP VP PP NP, test moves PP under S -> 4 of 5, test 5.
+    assert "   1    3    0   75.00 100.00     3      4    3      0      2     2   100.00" in lines
+    assert "   2    7    0   66.67  80.00     4      6    5      0      6     6   100.00" in lines
+    assert "Bracketing Recall         =  70.00" in lines
+    assert "Bracketing Precision      =  87.50" in lines
+    assert "Bracketing FMeasure       =  77.78" in lines
+    assert "Traceback" not in done.stderr
+
+
+def test_normalize_roots_removes_the_wrapper_from_both_files(files):
+    """--normalize-roots: the gold roots lose their unlabelled wrapper, so s1 is 3 of 3 and s2 4 of 5
+    (the brackets above without ""): recall = precision = F = 7/8 = 87.50."""
+    gold, pred = files
+    done = _cli("--gold", gold, "--pred", pred, "--normalize-roots")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
     assert "   1    3    0  100.00 100.00     3      3    3      0      2     2   100.00" in lines
     assert "   2    7    0   80.00  80.00     4      5    5      0      6     6   100.00" in lines
-    assert "Bracketing FMeasure       =  87.50" in lines  # 7 of 8 both ways
-    assert "Traceback" not in done.stderr
+    assert "Bracketing FMeasure       =  87.50" in lines
+
+
+@pytest.mark.parametrize("gold_text", [
+    "( (S (NP (DT the) (NN dog)) (VP (VBZ barks) (ADVP (RB loudly)))) )\n",
+    "( (S (NP (DT the) (NN dog))\n     (VP (VBZ barks)\n         (ADVP (RB loudly)))) )\n",  # as a .mrg lays it out
+])
+def test_issue_example_scores_as_evalb(tmp_path, gold_text):
+    """The issue's case, one line or laid out as in a .mrg file: words "the dog barks loudly";
+    gold ""[0,4) S[0,4) NP[0,2) VP[2,4) ADVP[3,4) = 5, test S NP VP ADVP = 4, all matched:
+    recall 4/5 = 80.00, precision 4/4 = 100.00, F = 2 * 80 * 100 / 180 = 88.89."""
+    gold, pred = tmp_path / "gold.mrg", tmp_path / "pred.trees"
+    gold.write_text(gold_text)
+    pred.write_text("(S (NP (DT the) (NN dog)) (VP (VBZ barks) (ADVP (RB loudly))))\n")
+    report = _cli("--gold", str(gold), "--pred", str(pred), "--summary-only").stdout.splitlines()
+    assert "Bracketing Recall         =  80.00" in report
+    assert "Bracketing Precision      = 100.00" in report
+    assert "Bracketing FMeasure       =  88.89" in report
+
+
+def test_traces_are_deleted_as_evalb_deletes_them(tmp_path, capsys):
+    """A trace's word is deleted and its now empty NP[0,0) not counted; Len. leaves traces out but counts '.':
+    words "go": gold ""[0,1) S[0,1) VP[0,1) = 3, test S VP = 2, matched 2: recall 66.67, precision 100.00."""
+    gold, pred = tmp_path / "gold.mrg", tmp_path / "pred.trees"
+    gold.write_text("( (S (NP-SBJ (-NONE- *)) (VP (VB go)) (. .)) )\n")
+    pred.write_text("(S (VP (VB go)) (. .))\n")
+    assert main(["--gold", str(gold), "--pred", str(pred)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "   1    2    0   66.67 100.00     2      3    2      0      1     1   100.00" in lines
 
 
 def test_cli_bad_file_gives_one_line_and_nonzero_exit(tmp_path, files):
@@ -56,7 +106,7 @@ def test_main_in_process(files, capsys):
     gold, pred = files
     assert main(["--gold", gold, "--pred", pred, "--summary-only"]) == 0
     out = capsys.readouterr().out
-    assert "Bracketing FMeasure       =  87.50" in out and "   1    3    0" not in out
+    assert "Bracketing FMeasure       =  77.78" in out and "   1    3    0" not in out
 
 
 def test_main_errors(files, tmp_path, capsys):

@@ -206,3 +206,11 @@ def test_windows_line_endings():
     trees = parse_trees("(S (NN a))\r\n(S (NP (NN b))\r\n(S (NN c))\r\n", skip_bad_trees=True)
     assert [t.words() for t in trees] == [["a"], ["c"]]
     assert trees.errors[0].line == 2
+
+
+def test_roots_can_be_kept_as_written():
+    # EVALB counts the unlabelled root as a bracket; the reader keeps it on request (label "")
+    raw = parse_trees("( (S (NP (NN dogs)) (VP (VBP bark))) )\n(ROOT (S (NN x)))\n", normalise_root=False)
+    assert [tree.label for tree in raw] == ["", "ROOT"]
+    assert raw[0].to_string() == "( (S (NP (NN dogs)) (VP (VBP bark))))"
+    assert [tree.label for tree in parse_trees("( (S (NN x)) )\n(ROOT (S (NN x)))\n")] == ["S", "S"]

@@ -9,7 +9,14 @@ Written from EVALB's documented rules (README and parameter file):
   counted; pre-terminals with these tags are removed together with their word
   before spans are computed (each tree by its own tags, as EVALB does);
   brackets left without words are not counted;
-* function tags are stripped from labels (``NP-SBJ`` -> ``NP``);
+* a bracket's label is cut at its first ``-`` or ``=`` (``NP-SBJ-1`` -> ``NP``,
+  EVALB's ``modify_label``), before the DELETE_LABEL test; POS tags are
+  compared as written;
+* every other bracket counts, the root included: the unlabelled root of a raw
+  ``.mrg`` tree ``( (S ...) )`` is a bracket labelled ``""`` over the whole
+  sentence (COLLINS.prm deletes only ``TOP``), so a prediction without the
+  wrapper misses it (read such files with ``normalise_root=False`` to see
+  them as EVALB does; the reader's default removes the wrapper);
 * EQ_LABEL ``ADVP PRT``: the two labels are the same label;
 * DELETE_LABEL_FOR_LENGTH ``-NONE-``: sentence length (for the ``len<=40``
   block) counts every word except traces, punctuation included;
@@ -27,11 +34,12 @@ missed). Scores are percentages (0-100), like EVALB prints them.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, FrozenSet, List, Optional, Sequence, Tuple
 
-from .trees import Tree, strip_function_tags
+from .trees import Tree
 
 
 @dataclass(frozen=True)
@@ -215,6 +223,11 @@ class _Yield:
     brackets: List[Bracket]
 
 
+def evalb_label(label: str) -> str:
+    """A bracket label as EVALB compares it: cut at the first ``-`` or ``=`` (``NP-SBJ=2`` -> ``NP``)."""
+    return re.split(r"[-=]", label, maxsplit=1)[0]
+
+
 def _evalb_view(tree: Tree, params: EvalbParams) -> _Yield:
     words: List[str] = []
     tags: List[str] = []
@@ -236,7 +249,7 @@ def _evalb_view(tree: Tree, params: EvalbParams) -> _Yield:
             stack.extend(reversed(item.children))
     brackets = []
     for label, start, end in spans:
-        label = strip_function_tags(label)
+        label = evalb_label(label)
         if start < end and label not in params.delete_labels:
             brackets.append((params.canonical(label) if params.labeled else "", start, end))
     return _Yield(words, tags, length, brackets)

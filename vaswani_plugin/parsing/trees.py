@@ -14,7 +14,9 @@ file) as well as one-tree-per-line files, and normalises every tree:
 * the unlabelled root ``( (S ...) )`` and ``TOP``/``ROOT`` roots are removed
   when they wrap a single phrase; a wrapper around several children (or around
   a lone pre-terminal) becomes a single ``TOP`` root, so the root of a tree
-  read from a file is always a phrase.
+  read from a file is always a phrase. With ``normalise_root=False`` the
+  root is kept as written (an unlabelled root gets the label ``""``), which
+  is what EVALB scores: it counts the unlabelled root as a bracket.
 
 Malformed input raises :class:`TreebankError`, whose message names the file,
 the line and what was expected. With ``skip_bad_trees=True`` bad trees are
@@ -289,7 +291,8 @@ class _Frame:
         self.words: List[Tuple[str, int]] = []
 
 
-def _build_tree(tokens: List[_Token], source: str, remove_traces: bool, strip_tags: bool) -> Tree:
+def _build_tree(tokens: List[_Token], source: str, remove_traces: bool, strip_tags: bool,
+                normalise_root: bool) -> Tree:
     """Parse one balanced token group into a normalised tree (or raise TreebankError)."""
     stack: List[_Frame] = []
     root: Optional[Tree] = None
@@ -312,7 +315,7 @@ def _build_tree(tokens: List[_Token], source: str, remove_traces: bool, strip_ta
             stack.append(_Frame(label, line))
         elif text == ")":
             frame = stack.pop()
-            node = _close(frame, source, remove_traces, strip_tags, is_root=not stack)
+            node = _close(frame, source, remove_traces, strip_tags, is_root=normalise_root and not stack)
             if stack:
                 stack[-1].children.append(node)
             else:
@@ -349,8 +352,10 @@ def _close(frame: _Frame, source: str, remove_traces: bool, strip_tags: bool, is
 
 
 def parse_trees(text: str, source: str = "<string>", *, skip_bad_trees: bool = False,
-                remove_traces: bool = True, strip_tags: bool = True) -> Treebank:
+                remove_traces: bool = True, strip_tags: bool = True, normalise_root: bool = True) -> Treebank:
     """Parse every tree in ``text`` (multi-line .mrg style or one tree per line).
+
+    ``normalise_root=False`` keeps each root as written (see the module docstring).
 
     ``source`` names the input in error messages. Raises :class:`TreebankError`
     on the first bad tree, or on empty input; with ``skip_bad_trees=True``
@@ -369,7 +374,7 @@ def parse_trees(text: str, source: str = "<string>", *, skip_bad_trees: bool = F
             try:
                 if isinstance(group, TreebankError):
                     raise group
-                treebank.append(_build_tree(group, source, remove_traces, strip_tags))
+                treebank.append(_build_tree(group, source, remove_traces, strip_tags, normalise_root))
             except TreebankError as error:
                 if not skip_bad_trees:
                     raise
@@ -381,7 +386,7 @@ def parse_trees(text: str, source: str = "<string>", *, skip_bad_trees: bool = F
 
 
 def read_treebank(path: str, *, skip_bad_trees: bool = False, remove_traces: bool = True,
-                  strip_tags: bool = True, encoding: str = "utf-8") -> Treebank:
+                  strip_tags: bool = True, normalise_root: bool = True, encoding: str = "utf-8") -> Treebank:
     """Read a treebank file; see :func:`parse_trees` for the options and errors."""
     source = str(path)
     try:
@@ -396,7 +401,7 @@ def read_treebank(path: str, *, skip_bad_trees: bool = False, remove_traces: boo
         raise TreebankError(source, line, f"expected {encoding} text, found byte "
                             f"0x{data[error.start]:02x}") from None
     return parse_trees(text, source, skip_bad_trees=skip_bad_trees, remove_traces=remove_traces,
-                       strip_tags=strip_tags)
+                       strip_tags=strip_tags, normalise_root=normalise_root)
 
 
 def parse_tree(text: str, source: str = "<string>") -> Tree:
