@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vaswani_plugin.parsing.linearize import delinearize, linearize_tree
+from vaswani_plugin.parsing.schemes import PRETERMINAL, get_scheme, scheme_names
 from vaswani_plugin.parsing.synthetic_treebank import generate_trees
 from vaswani_plugin.parsing.trees import Tree, parse_tree
 
@@ -43,14 +44,19 @@ def test_round_trip_on_hand_built_trees(text):
 
 
 def _assert_round_trip(tree):
+    """For every registered scheme: linearize -> delinearize (with the gold tags) is the identity, with
+    one pre-terminal token per word and no repair; reversing the source changes nothing in the target."""
     words, tags = tree.words(), tree.tags()
-    source, target = linearize_tree(tree, "vinyals")
-    result = delinearize(target, source, gold_tags=tags)
-    assert result.tree == tree and result.repairs == {}
-    source, target = linearize_tree(tree, "tags", reverse_source=True)
-    assert source[::-1] == words
-    result = delinearize(target, words)  # predicted tags are the gold ones here
-    assert result.tree == tree and result.repairs == {}
+    for name in scheme_names():
+        source, target = linearize_tree(tree, name)
+        assert source == words
+        assert sum(get_scheme(name).classify(token).kind == PRETERMINAL for token in target) == len(words)
+        result = delinearize(target, words, gold_tags=tags, scheme=name)
+        assert result.tree == tree and result.repairs == {}, name
+        reversed_source, reversed_target = linearize_tree(tree, name, reverse_source=True)
+        assert reversed_source == words[::-1] and reversed_target == target
+    result = delinearize(linearize_tree(tree, "tags")[1], words, scheme="tags")
+    assert result.tree == tree and result.repairs == {}  # the "tags" scheme predicts the tags themselves
 
 
 @settings(max_examples=40, deadline=None)
@@ -58,6 +64,24 @@ def _assert_round_trip(tree):
 def test_round_trip_is_identity_on_generated_trees(seed):
     for tree in generate_trees(5, seed=seed):
         _assert_round_trip(tree)
+
+
+# PTB-like trees of any shape: Penn labels and tags, brackets-as-tags, '$', punctuation, unary chains
+LABELS = st.sampled_from(["S", "NP", "VP", "PP", "SBAR", "ADVP", "PRT", "WHNP", "TOP", "X", "XX", "NP$"])
+TAG_WORDS = st.sampled_from([("DT", "the"), ("NN", "dog"), ("PRP$", "its"), ("-LRB-", "-LRB-"), (".", "."),
+                             (",", ","), ("``", "``"), ("CD", "3"), ("XX", "XX"), ("$", "$"), ("NNP", "U.S.")])
+PTB_LIKE = st.recursive(
+    TAG_WORDS.map(lambda pair: Tree(pair[0], [pair[1]])),
+    lambda children: st.tuples(LABELS, st.lists(children, min_size=1, max_size=4)).map(
+        lambda pair: Tree(pair[0], pair[1])),
+    max_leaves=25,
+).filter(lambda tree: not tree.is_preterminal)
+
+
+@settings(max_examples=150, deadline=None)
+@given(tree=PTB_LIKE)
+def test_round_trip_is_identity_on_ptb_like_trees(tree):
+    _assert_round_trip(tree)
 
 
 TOKENS = st.sampled_from(["(S", "(NP", "(VP", ")S", ")NP", ")VP", ")", "(", "XX", "NN", "", "(a)"])

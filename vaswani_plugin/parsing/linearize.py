@@ -1,7 +1,7 @@
 """Turn trees into token sequences for a sequence-to-sequence parser, and back.
 
-:func:`linearize_tree` writes a tree depth-first with labelled opening and
-closing brackets (Vinyals et al., 2015, "Grammar as a Foreign Language"), the
+:func:`linearize_tree` writes a tree as a scheme's target tokens; the default scheme is depth-first
+labelled opening and closing brackets (Vinyals et al., 2015, "Grammar as a Foreign Language"), the
 target format of the Transformer's constituency parsing experiment:
 
     (S (NP (DT the) (NN dog)) (VP (VBD barked)) (. .))
@@ -9,24 +9,21 @@ target format of the Transformer's constituency parsing experiment:
     target: (S (NP XX XX )NP (VP XX )VP XX )S          scheme="vinyals"
     target: (S (NP DT NN )NP (VP VBD )VP . )S          scheme="tags"
 
-Words appear only on the source side. :func:`delinearize` turns a (possibly
-ill-formed) predicted target sequence plus the source words back into a tree,
-always, and counts every repair it had to make in a :class:`Repairs`.
+The schemes are objects in :mod:`.schemes` (one file each); this module only asks them. Words appear
+only on the source side. :func:`delinearize` turns a (possibly ill-formed) predicted target sequence
+plus the source words back into a tree, always, and counts every repair it had to make in a
+:class:`Repairs`.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
+from .schemes import BAD, CLOSE, OPEN, PLACEHOLDER_TAG, LinearizationScheme, get_scheme
 from .trees import TOP_LABEL, Tree
 
-_BAD_LABEL_CHARS = re.compile(r"[\s()]")
-
-SCHEMES = ("vinyals", "tags")
-#: The placeholder that replaces every POS tag in the "vinyals" scheme.
-PLACEHOLDER_TAG = "XX"
+__all__ = ["PLACEHOLDER_TAG", "REPAIR_KINDS", "Delinearized", "Repairs", "delinearize", "linearize_tree"]
 #: Label given to a "(" token that carries no label.
 UNKNOWN_LABEL = "X"
 
@@ -74,29 +71,15 @@ class Delinearized(NamedTuple):
     repairs: Repairs
 
 
-def linearize_tree(tree: Tree, scheme: str = "vinyals", reverse_source: bool = False
+def linearize_tree(tree: Tree, scheme: Union[str, LinearizationScheme] = "vinyals", reverse_source: bool = False
                    ) -> Tuple[List[str], List[str]]:
     """Return ``(source_tokens, target_tokens)`` for ``tree``.
 
-    ``scheme="vinyals"`` writes every POS tag as ``XX``; ``scheme="tags"``
-    keeps the real tags. ``reverse_source=True`` reverses the source words
-    (as Vinyals et al. did for their LSTM); the target is never reversed.
+    ``scheme`` is a registered scheme's name (see :func:`.schemes.scheme_names`) or a scheme object.
+    ``reverse_source=True`` reverses the source words (as Vinyals et al. did for their LSTM); the
+    target is never reversed.
     """
-    if scheme not in SCHEMES:
-        raise ValueError(f"unknown linearization scheme {scheme!r}; expected one of {SCHEMES}")
-    keep_tags = scheme == "tags"
-    target: List[str] = []
-    stack: List[Union[Tree, str]] = [tree]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            target.append(item)
-        elif item.is_preterminal:
-            target.append(item.label if keep_tags else PLACEHOLDER_TAG)
-        else:
-            target.append("(" + item.label)
-            stack.append(")" + item.label)
-            stack.extend(reversed(item.children))
+    target = get_scheme(scheme).linearize(tree)
     source = tree.words()
     if reverse_source:
         source.reverse()
@@ -114,14 +97,15 @@ class _Phrase:
 
 
 def delinearize(target_tokens: Union[str, Sequence[str]], words: Sequence[str],
-                gold_tags: Optional[Sequence[str]] = None) -> Delinearized:
+                gold_tags: Optional[Sequence[str]] = None,
+                scheme: Union[str, LinearizationScheme] = "vinyals") -> Delinearized:
     """Rebuild a tree from a predicted target sequence and the sentence's words.
 
     Always returns a tree (with the :class:`Repairs` made), however ill-formed
     the sequence: brackets are balanced, closing labels fixed, the number of
     pre-terminals made equal to the number of words, empty constituents
-    removed and, where needed, a ``TOP`` root added. Any token that does not
-    start with ``(`` or ``)`` is a pre-terminal. The words go back in order;
+    removed and, where needed, a ``TOP`` root added. Each token is read as
+    ``scheme`` classifies it (opening, closing, pre-terminal or bad). The words go back in order;
     their tags are ``gold_tags`` when given (the usual practice when reporting
     parsing scores), else the predicted tokens (``XX`` or the predicted tags).
     A closing token may omit its label (``)``). ``words`` must be in sentence
@@ -135,7 +119,8 @@ def delinearize(target_tokens: Union[str, Sequence[str]], words: Sequence[str],
     tokens = target_tokens.split() if isinstance(target_tokens, str) else list(target_tokens)
     repairs = Repairs()
 
-    forest = _parse_brackets(tokens, repairs)
+    scheme = get_scheme(scheme)
+    forest = _parse_brackets(tokens, scheme, repairs)
     surplus = len(_preterminal_places(forest)) - len(words)
     if surplus > 0:
         _drop_last_preterminals(forest, surplus)
@@ -149,31 +134,31 @@ def delinearize(target_tokens: Union[str, Sequence[str]], words: Sequence[str],
         root.children = forest
         repairs[ADDED_ROOT] += 1
     if surplus < 0:
-        root.children.extend([PLACEHOLDER_TAG] * -surplus)
+        root.children.extend([scheme.placeholder_tag] * -surplus)
         repairs[ADDED_PRETERMINAL] += -surplus
     for kind in [kind for kind, number in repairs.items() if not number]:
         del repairs[kind]  # only the repairs actually made, so a clean result compares equal to {}
     return Delinearized(_to_tree(root, words, gold_tags), repairs)
 
 
-def _parse_brackets(tokens: List[str], repairs: Repairs) -> List[Union[_Phrase, str]]:
+def _parse_brackets(tokens: List[str], scheme: LinearizationScheme, repairs: Repairs) -> List[Union[_Phrase, str]]:
     """Read brackets and pre-terminal tokens into a forest, balancing as it goes."""
     forest: List[Union[_Phrase, str]] = []
     stack: List[_Phrase] = []
     for token in tokens:
-        label = token[1:] if token[:1] in ("(", ")") else token
-        if not token or _BAD_LABEL_CHARS.search(label):
+        kind, label = scheme.classify(token)
+        if kind == BAD:
             repairs[BAD_TOKEN] += 1
             continue
         siblings = stack[-1].children if stack else forest
-        if token[0] == "(":
+        if kind == OPEN:
             if not label:
                 label = UNKNOWN_LABEL
                 repairs[UNLABELLED_OPEN] += 1
             phrase = _Phrase(label)
             siblings.append(phrase)
             stack.append(phrase)
-        elif token[0] == ")":
+        elif kind == CLOSE:
             if not stack:
                 repairs[EXTRA_CLOSE] += 1
                 continue
@@ -181,7 +166,7 @@ def _parse_brackets(tokens: List[str], repairs: Repairs) -> List[Union[_Phrase, 
                 repairs[MISMATCHED_CLOSE] += 1
             stack.pop()
         else:
-            siblings.append(token)
+            siblings.append(label)
     repairs[MISSING_CLOSE] += len(stack)
     return forest
 

@@ -28,7 +28,8 @@ import sys
 from typing import Dict, List, Optional, Sequence
 
 from ..errors import ConfigError
-from .linearize import SCHEMES, linearize_tree
+from .linearize import linearize_tree
+from .schemes import get_scheme, scheme_names
 from .trees import Tree, TreebankError, read_treebank
 
 CONFIG_NAME = "parse_config.json"
@@ -113,8 +114,8 @@ def _binarize(out: str, splits: Sequence[str], src_dict: str) -> None:
 def prepare(files: Dict[str, Sequence[str]], out: str, scheme: str = "vinyals", reverse_source: bool = False,
             vocab_size: int = 16000, skip_bad_trees: bool = False) -> dict:
     """Prepare `files` ({split: [paths]}, splits among train/valid/test) into `out`; returns the config."""
-    if scheme not in SCHEMES:
-        raise ConfigError(f"--scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    if scheme not in scheme_names():
+        raise ConfigError(f"--scheme must be one of {', '.join(scheme_names())}, got {scheme!r}")
     if vocab_size < 2:
         raise ConfigError(f"--vocab-size must be at least 2, got {vocab_size}")
     for split in ("train", "valid"):
@@ -189,9 +190,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--valid", nargs="+", required=True, metavar="FILE", help="validation treebank files")
     parser.add_argument("--test", nargs="+", metavar="FILE", help="test treebank files (optional)")
     parser.add_argument("--out", required=True, help="output directory (the task's DATA)")
-    parser.add_argument("--scheme", choices=SCHEMES, default="vinyals",
-                        help="target pre-terminals: 'vinyals' writes XX for every POS tag, 'tags' keeps the tags "
-                             "(default: %(default)s)")
+    parser.add_argument("--scheme", choices=scheme_names(), default="vinyals",
+                        help="the target linearization: " + "; ".join(
+                            f"'{name}': {get_scheme(name).help}" for name in scheme_names()) +
+                        " (default: %(default)s)")
     parser.add_argument("--reverse-source", action="store_true",
                         help="feed the source words in reverse order (Vinyals et al.'s LSTM did)")
     parser.add_argument("--vocab-size", type=int, default=16000,
