@@ -1,13 +1,18 @@
-"""The constrained-decoding mask: hand-made states, and random walks that only follow allowed tokens."""
+"""The constrained-decoding mask: hand-made states, and random walks that only follow allowed tokens,
+for every registered linearization scheme."""
 import random
 
+import pytest
 import torch
 from fairseq.data import Dictionary
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vaswani_plugin.parsing.linearize import delinearize
-from vaswani_plugin.tasks.parse_constraints import TargetSymbols, allowed_next_tokens, count_words, word_start_mask
+from vaswani_plugin.parsing.linearize import delinearize, linearize_tree
+from vaswani_plugin.parsing.schemes import PRETERMINAL, get_scheme, scheme_names
+from vaswani_plugin.parsing.synthetic_treebank import generate_trees
+from vaswani_plugin.tasks.parse_constraints import (ParseState, TargetSymbols, allowed_next_tokens, count_words,
+                                                    word_start_mask)
 
 LABELS = ["S", "NP", "VP", "PP", "SBAR", "TOP"]
 
@@ -25,9 +30,17 @@ def target_dictionary(preterminals=("XX",), orphan_open=False):
     return d
 
 
+def state_after(symbols, d, prefix):
+    """The carried state of one hypothesis after writing ``prefix``, token by token."""
+    state = ParseState.initial(1)
+    for symbol in prefix:
+        state = state.advance(symbols, torch.tensor([0]), torch.tensor([d.index(symbol)]))
+    return state
+
+
 def allowed_symbols(d, symbols, prefix, words, max_len=100):
-    tokens = torch.tensor([[d.index(s) for s in prefix]], dtype=torch.long).view(1, len(prefix))
-    mask = allowed_next_tokens(symbols, tokens, torch.tensor([words]), max_len, d.eos())[0]
+    state = state_after(symbols, d, prefix)
+    mask = allowed_next_tokens(symbols, state, torch.tensor([words]), max_len, d.eos())[0]
     return {d[i] for i in mask.nonzero().flatten().tolist()}
 
 
@@ -69,25 +82,40 @@ def test_word_counts_from_pieces():
     assert count_words(tokens, starts).tolist() == [3]
 
 
-@settings(max_examples=60, deadline=None)
+def scheme_dictionary(scheme, orphan_open=True):
+    """A target dictionary of the scheme's tokens on generated trees (as prepare's would hold)."""
+    d = Dictionary()
+    for tree in generate_trees(40, seed=11):
+        for token in linearize_tree(tree, scheme)[1]:
+            d.add_symbol(token)
+    if orphan_open:
+        d.add_symbol("(ORPHAN")  # its closing token is not in the dictionary: must never be opened
+    d.add_symbol("madeupword0000")
+    return d
+
+
+@pytest.mark.parametrize("scheme", scheme_names())
+@settings(max_examples=40, deadline=None)
 @given(words=st.integers(min_value=1, max_value=12), slack=st.integers(min_value=0, max_value=30),
-       seed=st.integers(min_value=0, max_value=2 ** 31), tags=st.booleans())
-def test_every_allowed_walk_is_a_well_formed_tree(words, slack, seed, tags):
-    d = target_dictionary(preterminals=("NN", "VB", "DT", ".") if tags else ("XX",), orphan_open=True)
-    symbols = TargetSymbols(d)
+       seed=st.integers(min_value=0, max_value=2 ** 31))
+def test_every_allowed_walk_is_a_well_formed_tree(scheme, words, slack, seed):
+    d = scheme_dictionary(scheme)
+    symbols = TargetSymbols(d, scheme)
     max_len = words + 2 + slack
     rng = random.Random(seed)
     prefix = []
+    state = ParseState.initial(1)
     while True:
-        tokens = torch.tensor([[d.index(s) for s in prefix]], dtype=torch.long).view(1, len(prefix))
-        allowed = allowed_next_tokens(symbols, tokens, torch.tensor([words]), max_len, d.eos())[0]
+        allowed = allowed_next_tokens(symbols, state, torch.tensor([words]), max_len, d.eos())[0]
         choices = allowed.nonzero().flatten().tolist()
         assert choices, prefix
-        token = d[rng.choice(choices)]
-        if token == "</s>":
+        token = rng.choice(choices)
+        if token == d.eos():
             break
-        prefix.append(token)
+        prefix.append(d[token])
+        state = state.advance(symbols, torch.tensor([0]), torch.tensor([token]))
         assert len(prefix) <= max_len
-    result = delinearize(prefix, [f"w{i}" for i in range(words)])
+    result = delinearize(prefix, [f"w{i}" for i in range(words)], scheme=scheme)
     assert result.repairs == {}, (prefix, result.repairs)
-    assert sum(not s.startswith(("(", ")")) for s in prefix) == words
+    assert sum(get_scheme(scheme).classify(s).kind == PRETERMINAL for s in prefix) == words
+    assert "(ORPHAN" not in prefix

@@ -16,7 +16,9 @@ from vaswani_plugin.parsing.linearize import delinearize
 from vaswani_plugin.parsing.prepare import prepare
 from vaswani_plugin.parsing.synthetic_treebank import write_treebank
 from vaswani_plugin.parsing.trees import read_treebank
-from vaswani_plugin.tasks.parse_constraints import count_words
+from vaswani_plugin.parsing.schemes import PRETERMINAL, get_scheme, scheme_names
+from vaswani_plugin.tasks.parse_constraints import TargetSymbols, count_words
+from vaswani_plugin.tasks.parse_search import ParseConstrainedBeamSearch, ParseSequenceGenerator
 
 USER_DIR = vaswani_plugin.user_dir()
 TEST_SENTENCES = 37  # not a multiple of 8: fairseq would drop a last partial batch
@@ -134,10 +136,7 @@ def test_no_sentence_is_dropped_outside_training(prepared):
             task.dataset(split), max_sentences=8).next_epoch_itr(shuffle=False)} == {split}
 
 
-@pytest.mark.parametrize("scheme", ["vinyals", "tags"])
-def test_constrained_decoding_on_a_random_model(tmp_path, scheme):
-    """An untrained model, all beams: every hypothesis is well formed with one pre-terminal per word,
-    also when the length limit is far too short (it is raised to fit the shortest tree)."""
+def _random_model_task(tmp_path, scheme):
     trees = write_treebank(str(tmp_path / "tb"), train=60, valid=5, test=13, seed=5)
     data = str(tmp_path / "data")
     prepare({"train": [trees["train"]], "valid": [trees["valid"]], "test": [trees["test"]]}, data, scheme=scheme,
@@ -147,10 +146,17 @@ def test_constrained_decoding_on_a_random_model(tmp_path, scheme):
     model = task.build_model(cfg.model).eval()
     task.load_dataset("test")
     dataset = task.dataset("test")
-    gold = read_treebank(trees["test"])
+    sample = dataset.collater([dataset[i] for i in range(len(dataset))])
+    return task, model, sample, read_treebank(trees["test"])
+
+
+@pytest.mark.parametrize("scheme", scheme_names())
+def test_constrained_decoding_on_a_random_model(tmp_path, scheme):
+    """An untrained model, all beams: every hypothesis is well formed with one pre-terminal per word,
+    also when the length limit is far too short (it is raised to fit the shortest tree)."""
+    task, model, sample, gold = _random_model_task(tmp_path, scheme)
     for max_len_b in (200, 1):
         generator = task.build_generator([model], Namespace(beam=5, max_len_a=0, max_len_b=max_len_b))
-        sample = dataset.collater([dataset[i] for i in range(len(dataset))])
         assert count_words(sample["net_input"]["src_tokens"], task.word_start).tolist() == \
             [len(gold[i].words()) for i in sample["id"].tolist()]
         with torch.no_grad():
@@ -160,8 +166,68 @@ def test_constrained_decoding_on_a_random_model(tmp_path, scheme):
             assert hypos[row]
             for hypo in hypos[row]:
                 tokens = [task.target_dictionary[i] for i in hypo["tokens"].tolist()[:-1]]
-                assert delinearize(tokens, words).repairs == {}, tokens
-                assert sum(not t.startswith(("(", ")")) for t in tokens) == len(words)
+                assert delinearize(tokens, words, scheme=scheme).repairs == {}, tokens
+                assert sum(get_scheme(scheme).classify(t).kind == PRETERMINAL for t in tokens) == len(words)
+
+
+class _StateCheckingSearch(ParseConstrainedBeamSearch):
+    """Before every step, compares the carried state of each live hypothesis with the state recomputed
+    from its whole prefix by a plain-Python walk (the reference), and records the beam reorders."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.steps = self.reordered = self.pruned = 0
+
+    def step(self, step, lprobs, scores, prev_output_tokens=None, original_batch_idxs=None, candidate_multiple=2):
+        if step > 0:
+            self._check(prev_output_tokens[:, 1:].tolist())
+        out = super().step(step, lprobs, scores, prev_output_tokens, original_batch_idxs, candidate_multiple)
+        beams = out[2]
+        self.reordered += int(not torch.equal(beams[:, :lprobs.size(1)], torch.arange(lprobs.size(1)).expand_as(
+            beams[:, :lprobs.size(1)])))
+        self.steps += 1
+        return out
+
+    def prune_sentences(self, batch_idxs):
+        self.pruned += 1
+        super().prune_sentences(batch_idxs)
+
+    def _check(self, prefixes):
+        s = self.symbols
+        expected = []
+        for prefix in prefixes:
+            depth, preterminals, stack, last_open = 0, 0, [], False
+            for token in prefix:
+                last_open = bool(s.is_open[token])
+                if last_open:
+                    depth += 1
+                    stack.append(int(s.close_of[token]))
+                elif s.is_close[token]:
+                    depth -= 1
+                    stack = stack[:-1]
+                preterminals += int(s.is_pre[token])
+            expected.append((depth, preterminals, stack[-1] if stack else -1, last_open))
+        state = self.state
+        carried = list(zip(state.depth.tolist(), state.preterminals.tolist(), state.inner_close.tolist(),
+                           state.last_was_open.tolist()))
+        assert carried == expected
+        assert state.length == len(prefixes[0])
+
+
+@pytest.mark.parametrize("scheme", scheme_names())
+def test_carried_state_equals_the_state_recomputed_from_the_prefix(tmp_path, scheme):
+    """The constrained search's state, carried and reordered with the beams (and pruned as sentences
+    finish), equals the state recomputed from every hypothesis's full prefix, at every step."""
+    task, model, sample, gold = _random_model_task(tmp_path, scheme)
+    search = _StateCheckingSearch(task.tgt_dict, TargetSymbols(task.tgt_dict, scheme))
+    generator = ParseSequenceGenerator([model], task.tgt_dict, word_start=task.word_start, search_strategy=search,
+                                       beam_size=5, max_len_a=0, max_len_b=200)
+    with torch.no_grad():
+        hypos = generator.generate([model], sample)
+    assert search.steps > 10 and search.reordered > 0 and search.pruned > 0  # the hooks were all exercised
+    for row, sent_id in enumerate(sample["id"].tolist()):
+        tokens = [task.target_dictionary[i] for i in hypos[row][0]["tokens"].tolist()[:-1]]
+        assert delinearize(tokens, gold[sent_id].words(), scheme=scheme).repairs == {}
 
 
 def test_min_len_with_constrained_decoding_is_refused_in_one_line(prepared):

@@ -40,8 +40,10 @@ from omegaconf import II
 
 from ..errors import ConfigError
 from ..parsing.prepare import load_config
+from ..parsing.schemes import get_scheme
 from ..parsing.trees import Tree, read_treebank
-from .parse_constraints import ParseConstrainedBeamSearch, ParseSequenceGenerator, TargetSymbols, word_start_mask
+from .parse_constraints import TargetSymbols, word_start_mask
+from .parse_search import ParseConstrainedBeamSearch, ParseSequenceGenerator
 from .parse_outputs import (F1_KEYS, F1Counts, InteractiveCodec, SplitCollector, hypothesis_tree, target_symbols,
                             words_from_source)
 
@@ -101,6 +103,7 @@ class ConstituencyParsingTask(FairseqTask):
         self.prepared = prepared
         self.word_start = word_start_mask(src_dict)
         self.reverse_source = bool(prepared.get("reverse_source", False))
+        self.scheme = get_scheme(prepared["scheme"])
         self._gold: Dict[str, List[Tree]] = {}
         self._collectors: Dict[str, SplitCollector] = {}
         self._codec: Optional[InteractiveCodec] = None
@@ -193,7 +196,7 @@ class ConstituencyParsingTask(FairseqTask):
             if used:
                 raise ConfigError(f"--constrained-decoding is a beam search of its own; it cannot be combined "
                                   f"with {flag}")
-        search = ParseConstrainedBeamSearch(self.tgt_dict, TargetSymbols(self.tgt_dict))
+        search = ParseConstrainedBeamSearch(self.tgt_dict, TargetSymbols(self.tgt_dict, self.scheme))
 
         def make(models_, tgt_dict, search_strategy=None, **kwargs):
             return ParseSequenceGenerator(models_, tgt_dict, word_start=self.word_start, search_strategy=search,
@@ -231,12 +234,12 @@ class ConstituencyParsingTask(FairseqTask):
                     collector = self._collectors[split] = SplitCollector(split, self.gold_trees(split),
                                                                          self.cfg.trees_output)
                 symbols = target_symbols(self.tgt_dict, row_hypos[0]["tokens"]) if row_hypos else []
-                tree, repairs = hypothesis_tree(symbols, words, tags)
+                tree, repairs = hypothesis_tree(symbols, words, tags, self.scheme)
                 collector.add(int(sample["id"][row]), tree, repairs)
             elif line is not None and self._codec is not None:  # fairseq-interactive
                 outputs = []
                 for hypo in row_hypos[: self._nbest]:
-                    tree, _ = hypothesis_tree(target_symbols(self.tgt_dict, hypo["tokens"]), words)
+                    tree, _ = hypothesis_tree(target_symbols(self.tgt_dict, hypo["tokens"]), words, None, self.scheme)
                     outputs.append((self._hypothesis_string(generator, hypo["tokens"]),
                                     tree.to_string() if tree is not None else ""))
                 self._codec.add(line, outputs)
@@ -284,7 +287,7 @@ class ConstituencyParsingTask(FairseqTask):
             for row, row_hypos in enumerate(hypos):
                 words, tags, gold, _ = self._words_and_tags(sample, row, src[row])
                 symbols = target_symbols(self.tgt_dict, row_hypos[0]["tokens"]) if row_hypos else []
-                tree, repairs = hypothesis_tree(symbols, words, tags)
+                tree, repairs = hypothesis_tree(symbols, words, tags, self.scheme)
                 counts.add(gold, tree, repairs)
                 if self.cfg.eval_f1_print_samples and row == 0:
                     logger.info("example tree: %s", tree)

@@ -1,32 +1,33 @@
-"""Constrained decoding for `--task constituency_parsing --constrained-decoding`.
+"""The grammar that `--constrained-decoding` enforces, as tensors: symbol classes, the search state, the mask.
 
-A beam search (a subclass of fairseq's `BeamSearch`) that, before every step, sets to -inf the
-log-probability of each next token that would make the linearized tree ill-formed, so that every
-finished hypothesis is a well-formed tree that `delinearize` reads back with no repair:
+Before every step the search sets to -inf the log-probability of each next token that would make the
+linearized tree ill-formed, so that every finished hypothesis is a tree that `delinearize` reads back
+with no repair (the scheme's `classify` says which symbol is what, see `parsing/schemes`):
 
 - the first token opens the root phrase; after the root closes, only EOS (and EOS only then);
 - a closing bracket only for the innermost open label, and only once that phrase holds something;
-- exactly as many pre-terminals (XX or tags) as source words: no pre-terminal and no new phrase once
-  all words are covered, and the root closes only when they are;
+- exactly as many pre-terminals as source words: no pre-terminal and no new phrase once all words
+  are covered, and the root closes only when they are;
 - a length guard: a token is allowed only if the tree can still be finished (the remaining
   pre-terminals plus one closing bracket per open phrase) before the generator's length limit.
 
-The state of each hypothesis (depth, pre-terminals so far, innermost open label) is recomputed from
-its prefix with a few tensor operations per step, so beam reordering needs no bookkeeping. Words are
-counted from the source pieces: every sentencepiece piece that starts a word begins with U+2581.
+:class:`ParseState` is what the mask needs of each hypothesis (depth, pre-terminals so far, the open
+labels, whether the last token opened a phrase). It is carried from step to step: each chosen token
+advances its parent's state in O(1), and the beams' reordering is an index into the rows. The open
+labels are a persistent stack, nodes (closing id, parent node) in one append-only :class:`LabelStack`
+table shared by all hypotheses of a batch, so a row holds only a pointer to its innermost open label
+and copying a hypothesis copies no stack. Words are counted from the source pieces: every
+sentencepiece piece that starts a word begins with U+2581.
 """
-import logging
-import math
+from __future__ import annotations
+
 from typing import Optional
 
 import torch
-from fairseq.search import BeamSearch
-from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
 from ..parsing.prepare import WORD_START
-
-logger = logging.getLogger(__name__)
+from ..parsing.schemes import CLOSE, OPEN, PRETERMINAL, get_scheme
 
 
 def word_start_mask(src_dict) -> Tensor:
@@ -41,9 +42,10 @@ def count_words(src_tokens: Tensor, word_start: Tensor) -> Tensor:
 
 
 class TargetSymbols:
-    """The classes of the target dictionary's symbols: opening and closing brackets, pre-terminals."""
+    """The target dictionary's symbols sorted by the scheme: opening and closing brackets, pre-terminals."""
 
-    def __init__(self, tgt_dict):
+    def __init__(self, tgt_dict, scheme="vinyals"):
+        scheme = get_scheme(scheme)
         size = len(tgt_dict)
         self.is_open = torch.zeros(size, dtype=torch.bool)
         self.is_close = torch.zeros(size, dtype=torch.bool)
@@ -52,14 +54,15 @@ class TargetSymbols:
         for index, symbol in enumerate(tgt_dict.symbols):
             if index < tgt_dict.nspecial or symbol.startswith("madeupword"):
                 continue  # <s> <pad> </s> <unk> and fairseq's padding symbols are never part of a tree
-            if symbol[0] == ")" and len(symbol) > 1:
+            kind, label = scheme.classify(symbol)
+            if kind == CLOSE and label:
                 self.is_close[index] = True
-            elif symbol[0] == "(" and len(symbol) > 1:
-                closing = ")" + symbol[1:]
+            elif kind == OPEN and label:
+                closing = scheme.close_token(label)
                 if closing in tgt_dict.indices:  # a label that could never be closed is never opened
                     self.is_open[index] = True
                     self.close_of[index] = tgt_dict.indices[closing]
-            elif "(" not in symbol and ")" not in symbol:
+            elif kind == PRETERMINAL:
                 self.is_pre[index] = True
         if not self.is_open.any() or not self.is_pre.any():
             raise ValueError("the target dictionary has no opening brackets or no pre-terminals: "
@@ -71,32 +74,83 @@ class TargetSymbols:
         return self
 
 
-def allowed_next_tokens(symbols: TargetSymbols, prefix: Tensor, words: Tensor, max_len: int, eos: int) -> Tensor:
-    """[N, V] bool: the tokens that keep each prefix on the way to a well-formed tree.
+class LabelStack:
+    """Append-only nodes (closing id, parent node) of the open-label stacks of a batch; node 0 is the
+    empty stack (closing id -1, its own parent)."""
 
-    prefix: [N, t] tokens generated so far (without the leading BOS/EOS); words: [N] source word
-    counts; max_len: the most tokens before EOS."""
-    rows, t = prefix.shape
-    device = prefix.device
-    zero = torch.zeros(rows, dtype=torch.long, device=device)
-    if t == 0:
-        depth, preterminals, inner_close = zero, zero, zero - 1
-        last_was_open = torch.zeros(rows, dtype=torch.bool, device=device)
-    else:
-        opens, closes = symbols.is_open[prefix], symbols.is_close[prefix]
-        running = (opens.long() - closes.long()).cumsum(1)  # depth after each token
-        depth = running[:, -1]
-        preterminals = symbols.is_pre[prefix].long().sum(1)
-        # the innermost open phrase: the last opening bracket after which the depth equals the current one
-        innermost = opens & running.eq(depth.unsqueeze(1))
-        where = (innermost.long() * torch.arange(1, t + 1, device=device)).max(1).values  # 1-based, 0 = none
-        inner_open = prefix.gather(1, (where - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
-        inner_close = torch.where(where > 0, symbols.close_of[inner_open], zero - 1)
-        last_was_open = opens[:, -1]
-    started = t > 0
-    left = words - preterminals  # pre-terminals still to write
+    def __init__(self, device=None, capacity: int = 1024):
+        self.close = torch.full((capacity,), -1, dtype=torch.long, device=device)
+        self.parent = torch.zeros(capacity, dtype=torch.long, device=device)
+        self.size = 1
+
+    def push(self, parents: Tensor, close_ids: Tensor) -> Tensor:
+        """New nodes on top of ``parents`` ([M] node ids) -> their [M] node ids."""
+        count = parents.numel()
+        while self.size + count > self.close.numel():  # doubling keeps pushes amortised O(1)
+            self.close = torch.cat([self.close, torch.full_like(self.close, -1)])
+            self.parent = torch.cat([self.parent, torch.zeros_like(self.parent)])
+        nodes = torch.arange(self.size, self.size + count, device=parents.device)
+        self.close[nodes] = close_ids
+        self.parent[nodes] = parents
+        self.size += count
+        return nodes
+
+
+class ParseState:
+    """Per hypothesis ([N] rows): depth, pre-terminals written, innermost open label (a LabelStack node),
+    whether the last token opened a phrase; ``length`` tokens written so far (the same for every row)."""
+
+    def __init__(self, depth: Tensor, preterminals: Tensor, top: Tensor, last_was_open: Tensor, length: int,
+                 stack: LabelStack):
+        self.depth, self.preterminals, self.top, self.last_was_open = depth, preterminals, top, last_was_open
+        self.length = length
+        self.stack = stack
+
+    @classmethod
+    def initial(cls, rows: int, device=None, stack: Optional[LabelStack] = None) -> "ParseState":
+        zero = torch.zeros(rows, dtype=torch.long, device=device)
+        return cls(zero, zero.clone(), zero.clone(), torch.zeros(rows, dtype=torch.bool, device=device), 0,
+                   stack if stack is not None else LabelStack(device))
+
+    @property
+    def rows(self) -> int:
+        return self.depth.numel()
+
+    @property
+    def inner_close(self) -> Tensor:
+        """[N] the id of the token that closes the innermost open phrase (-1: none open)."""
+        return self.stack.close[self.top]
+
+    def select(self, rows: Tensor) -> "ParseState":
+        """The states of ``rows`` (a reordering, a subset or repeats), sharing the label stack."""
+        return ParseState(self.depth[rows], self.preterminals[rows], self.top[rows], self.last_was_open[rows],
+                          self.length, self.stack)
+
+    def advance(self, symbols: TargetSymbols, parents: Tensor, tokens: Tensor) -> "ParseState":
+        """The states after writing ``tokens`` ([M]) after the hypotheses ``parents`` ([M] rows of this
+        state). Tokens outside the tree grammar (EOS, padding) change nothing."""
+        opens, closes = symbols.is_open[tokens], symbols.is_close[tokens]
+        top = self.top[parents]
+        pushed = top.clone()
+        if opens.any():
+            pushed[opens] = self.stack.push(top[opens], symbols.close_of[tokens[opens]])
+        pushed = torch.where(closes, self.stack.parent[top], pushed)
+        return ParseState(self.depth[parents] + opens.long() - closes.long(),
+                          self.preterminals[parents] + symbols.is_pre[tokens].long(), pushed, opens,
+                          self.length + 1, self.stack)
+
+
+def allowed_next_tokens(symbols: TargetSymbols, state: ParseState, words: Tensor, max_len: int, eos: int) -> Tensor:
+    """[N, V] bool: the tokens that keep each hypothesis on the way to a well-formed tree.
+
+    words: [N] source word counts; max_len: the most tokens before EOS."""
+    rows, t = state.rows, state.length
+    depth, last_was_open, inner_close = state.depth, state.last_was_open, state.inner_close
+    left = words - state.preterminals  # pre-terminals still to write
     used = t + 1  # tokens once this step's token is written
-    complete = (depth == 0) if started else torch.zeros(rows, dtype=torch.bool, device=device)
+    started = t > 0
+    none = torch.zeros(rows, dtype=torch.bool, device=depth.device)
+    complete = (depth == 0) if started else none
     can_open = ~complete & (left > 0) & (used + left + depth + 1 <= max_len)
     if started:
         inside = depth > 0
@@ -105,7 +159,7 @@ def allowed_next_tokens(symbols: TargetSymbols, prefix: Tensor, words: Tensor, m
             & (used + left + depth - 1 <= max_len)
         can_eos = complete
     else:
-        can_pre = can_close = torch.zeros(rows, dtype=torch.bool, device=device)
+        can_pre = can_close = none
         can_eos = words == 0  # nothing to parse
     allowed = (can_open.unsqueeze(1) & symbols.is_open.unsqueeze(0)) | \
               (can_pre.unsqueeze(1) & symbols.is_pre.unsqueeze(0))
@@ -116,73 +170,3 @@ def allowed_next_tokens(symbols: TargetSymbols, prefix: Tensor, words: Tensor, m
     stuck = ~allowed.any(1)
     allowed[stuck, eos] = True
     return allowed
-
-
-class ParseConstrainedBeamSearch(BeamSearch):
-    """Beam search over well-formed linearized trees only."""
-
-    def __init__(self, tgt_dict, symbols: Optional[TargetSymbols] = None):
-        super().__init__(tgt_dict)
-        self.symbols = symbols if symbols is not None else TargetSymbols(tgt_dict)
-        # a hypothesis whose every continuation is masked keeps -inf; let the generator stop at max_len
-        self.stop_on_max_len = True
-        self._word_table: Optional[Tensor] = None
-        self._max_len = 0
-
-    def begin_batch(self, batch_ids: Tensor, word_counts: Tensor, max_len: int) -> None:
-        """Called by ParseSequenceGenerator before each batch: the ids the generator will pass as
-        `original_batch_idxs`, each sentence's word count and the length limit."""
-        table = torch.zeros(int(batch_ids.max()) + 1, dtype=torch.long, device=word_counts.device)
-        table[batch_ids] = word_counts
-        self._word_table = table
-        self._max_len = max_len
-
-    def step(self, step: int, lprobs: Tensor, scores: Optional[Tensor], prev_output_tokens: Optional[Tensor] = None,
-             original_batch_idxs: Optional[Tensor] = None, candidate_multiple: int = 2):
-        if self._word_table is None or prev_output_tokens is None or original_batch_idxs is None:
-            raise RuntimeError("ParseConstrainedBeamSearch needs ParseSequenceGenerator (the task's build_generator)")
-        bsz, beam_size, vocab = lprobs.size()
-        if self.symbols.is_open.device != lprobs.device:
-            self.symbols.to(lprobs.device)
-        words = self._word_table[original_batch_idxs].repeat_interleave(beam_size)
-        allowed = allowed_next_tokens(self.symbols, prev_output_tokens[:, 1:], words, self._max_len, self.eos)
-        lprobs = lprobs.masked_fill(~allowed.view(bsz, beam_size, vocab), -math.inf)
-        return super().step(step, lprobs, scores, prev_output_tokens, original_batch_idxs, candidate_multiple)
-
-
-class ParseSequenceGenerator(SequenceGenerator):
-    """fairseq's SequenceGenerator that tells the constrained search each sentence's word count.
-
-    If `--max-len-a/--max-len-b` leave less room than the shortest tree of the longest sentence
-    (words + 2 tokens), the limit is raised for that batch so that a well-formed tree always fits."""
-
-    def __init__(self, models, tgt_dict, word_start: Tensor, **kwargs):
-        super().__init__(models, tgt_dict, **kwargs)
-        if not isinstance(self.search, ParseConstrainedBeamSearch):
-            raise TypeError("ParseSequenceGenerator needs a ParseConstrainedBeamSearch")
-        self.word_start = word_start
-
-    def _generate(self, sample, prefix_tokens: Optional[Tensor] = None, constraints: Optional[Tensor] = None,
-                  bos_token: Optional[int] = None):
-        src_tokens = sample["net_input"]["src_tokens"]
-        bsz, src_len = src_tokens.size()[:2]
-        words = count_words(src_tokens, self.word_start)
-        ids = sample.get("id")
-        if not isinstance(ids, Tensor):
-            ids = torch.arange(bsz, device=src_tokens.device)
-        need = int(words.max()) + 2  # (ROOT, one pre-terminal per word, )ROOT
-        if need > self.max_len - 1:
-            raise ValueError(f"a sentence of {need - 2} words needs at least {need} target positions; "
-                             f"the model allows {self.max_len - 1} (--max-target-positions)")
-        saved = self.max_len_b
-        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
-        if max_len < need:
-            logger.warning("--max-len-a/--max-len-b allow %d target tokens but a %d-word sentence needs %d; "
-                           "raising the limit for this batch", max_len, need - 2, need)
-            self.max_len_b = saved + (need - max_len)
-            max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
-        self.search.begin_batch(ids, words, max_len)
-        try:
-            return super()._generate(sample, prefix_tokens, constraints, bos_token)
-        finally:
-            self.max_len_b = saved

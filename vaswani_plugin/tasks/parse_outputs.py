@@ -31,12 +31,12 @@ def target_symbols(tgt_dict, tokens) -> List[str]:
     return [tgt_dict[i] for i in tokens.tolist() if i not in skip]
 
 
-def hypothesis_tree(symbols: Sequence[str], words: Sequence[str], tags: Optional[Sequence[str]] = None
-                    ) -> Tuple[Optional[Tree], Repairs]:
+def hypothesis_tree(symbols: Sequence[str], words: Sequence[str], tags: Optional[Sequence[str]] = None,
+                    scheme="vinyals") -> Tuple[Optional[Tree], Repairs]:
     """The tree of a predicted sequence (repaired where needed); None for a sentence without words."""
     if not words:
         return None, Repairs()
-    return delinearize(list(symbols), words, tags)
+    return delinearize(list(symbols), words, tags, scheme)
 
 
 def flat_tree(words: Sequence[str], tags: Optional[Sequence[str]] = None) -> Tree:
