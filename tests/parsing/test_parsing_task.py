@@ -243,3 +243,36 @@ def test_min_len_with_constrained_decoding_is_refused_in_one_line(prepared):
     message = str(refused.value)
     assert "\n" not in message and "--constrained-decoding" in message and "--min-len" in message
     task.build_generator([model], Namespace(beam=2, min_len=1))  # the default stays allowed
+
+
+def test_trees_are_written_when_the_last_batched_sentence_is_decoded(prepared, tmp_path):
+    """No exit hook: the split's trees are written by SplitCollector.finish as soon as the last sentence
+    the batches hold is decoded; a sentence filtered out of the batches (too long here) is known from
+    the start and gets a flat tree and a warning."""
+    import io
+
+    from vaswani_plugin.parsing.linearize import Repairs
+    from vaswani_plugin.tasks.parse_generation import SplitCollector
+
+    _, data, _ = prepared
+    task, _ = _task(data)
+    task.load_dataset("test")
+    dataset = task.dataset("test")
+    longest = int(dataset.src_sizes.max())
+    too_long = {i for i in range(len(dataset)) if dataset.src_sizes[i] == longest}
+    task.get_batch_iterator(dataset, max_sentences=8, max_positions=(longest - 1, 1024), ignore_invalid_inputs=True)
+    assert task.batched_ids["test"] == set(range(TEST_SENTENCES)) - too_long
+
+    gold = task.gold_trees("test")
+    out, printed = str(tmp_path / "t.trees"), io.StringIO()
+    collector = SplitCollector("test", gold, out, task.batched_ids["test"], out=printed)
+    decoded = sorted(task.batched_ids["test"], reverse=True)  # any order
+    for sent_id in decoded[:-1]:
+        collector.add(sent_id, gold[sent_id], Repairs())
+    assert not os.path.exists(out) and printed.getvalue() == ""
+    collector.add(decoded[-1], gold[decoded[-1]], Repairs())
+    written = read_treebank(out)
+    assert len(written) == TEST_SENTENCES
+    for i, tree in enumerate(written):
+        assert tree == gold[i] if i not in too_long else tree.label == "TOP" and tree.words() == gold[i].words()
+    assert f"WARNING: {len(too_long)} sentences were not decoded" in printed.getvalue()
