@@ -9,17 +9,23 @@
 # EVALB (COLLINS) F1 and the malformed-output rates (benchmarks/RESULTS.md holds the numbers).
 # The last checkpoint is decoded, so dev plays no part in choosing it.
 #
+# TEST_FILES (optional, space-separated .mrg paths) are prepared as the test split with the same
+# vocabularies (one `prepare` run with --test), decoded with the recommended decoding (constrained,
+# beam BEAM, lenpen 0.3, max length = input + 300), the trees written to $WORK_DIR/test.trees (gold
+# next to them in $WORK_DIR/data/gold/test.trees), and one line printed:
+#     test: F1 = X | recall R precision P | malformed M/N
+#
 # The treebank is read in place and never copied into the repository. Settings through the
 # environment: PTB (the sample's directory), WORK_DIR (default: ptb-parsing-work/ at the repository
-# root), THREADS (1), TRAIN_HOURS (0.33), MAX_TOKENS, LR, WARMUP, VOCAB, BEAM, and the model's LAYERS
-# (per stack), D_MODEL, D_FF, HEADS, DROPOUT.
+# root), THREADS (2), TRAIN_HOURS (0.33), TEST_FILES, MAX_TOKENS, LR, WARMUP, VOCAB, BEAM, and the
+# model's LAYERS (per stack), D_MODEL, D_FF, HEADS, DROPOUT.
 set -euo pipefail
 RECIPE=ptb_sample_parsing
 # shellcheck source=recipes/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../recipes/lib/common.sh"
 PTB="${PTB:-$ROOT/../shared/data/ptb_sample}"
 WORK_DIR="${WORK_DIR:-$ROOT/ptb-parsing-work}"
-THREADS="${THREADS:-1}"
+THREADS="${THREADS:-2}"
 TRAIN_HOURS="${TRAIN_HOURS:-0.33}"
 MAX_TOKENS="${MAX_TOKENS:-4096}"
 LR="${LR:-2e-3}"
@@ -31,6 +37,8 @@ D_MODEL="${D_MODEL:-128}"
 D_FF="${D_FF:-512}"
 HEADS="${HEADS:-4}"
 DROPOUT="${DROPOUT:-0.3}"
+TEST_FILES="${TEST_FILES:-}"
+read -r -a test_files <<< "$TEST_FILES"
 MODEL=(--arch vaswani_transformer --encoder-layers "$LAYERS" --decoder-layers "$LAYERS" --d-model "$D_MODEL"
        --d-ff "$D_FF" --attention-heads "$HEADS" --dropout "$DROPOUT")
 
@@ -48,10 +56,15 @@ for file in "$PTB"/wsj_*.mrg; do
   if ((number <= 159)); then train+=("$file"); elif ((number <= 179)); then dev+=("$file"); fi
 done
 ((${#train[@]} > 0 && ${#dev[@]} > 0)) || die "no wsj_*.mrg files for train and dev in $PTB"
+test_split=()
+for file in "${test_files[@]}"; do
+  [[ -f $file ]] || die "TEST_FILES: no file $file (expected space-separated .mrg paths)"
+done
+if ((${#test_files[@]} > 0)); then test_split=(--test "${test_files[@]}"); fi
 
-note "preparing ${#train[@]} train and ${#dev[@]} dev files into $WORK_DIR/data"
+note "preparing ${#train[@]} train, ${#dev[@]} dev and ${#test_files[@]} test files into $WORK_DIR/data"
 rm -rf "$WORK_DIR/data"
-python -m vaswani_plugin.parsing.prepare --train "${train[@]}" --valid "${dev[@]}" \
+python -m vaswani_plugin.parsing.prepare --train "${train[@]}" --valid "${dev[@]}" "${test_split[@]}" \
   --out "$WORK_DIR/data" --scheme vinyals --vocab-size "$VOCAB"
 
 note "fairseq-train for $TRAIN_HOURS h on $THREADS threads"
@@ -66,18 +79,29 @@ fairseq-train "$WORK_DIR/data" --user-dir vaswani_plugin --task constituency_par
   --log-interval 50 --log-format simple 2>&1 | tee "$WORK_DIR/train.log"
 train_seconds=$((SECONDS - train_start))
 
+DECODING=(--beam "$BEAM" --lenpen 0.3 --max-len-a 1 --max-len-b 300 --batch-size 32 --required-batch-size-multiple 1)
+RECOMMENDED=(--constrained-decoding)  # the decoding the test split gets: 0% malformed, the best dev F1
+decode() {  # decode SPLIT TREES OUT FLAGS...
+  local split=$1 trees=$2 out=$3
+  shift 3
+  fairseq-generate "$WORK_DIR/data" --user-dir vaswani_plugin --task constituency_parsing \
+    --path "$WORK_DIR/checkpoints/checkpoint_last.pt" --gen-subset "$split" "${DECODING[@]}" \
+    --trees-output "$trees" "$@" > "$out"
+}
 for mode in plain constrained; do
   flags=()
-  if [[ $mode == constrained ]]; then flags=(--constrained-decoding); fi
-  note "fairseq-generate dev --beam $BEAM --lenpen 0.3 --max-len-a 1 --max-len-b 300 ($mode)"
+  if [[ $mode == constrained ]]; then flags=("${RECOMMENDED[@]}"); fi
+  note "fairseq-generate dev ${DECODING[*]} ${flags[*]} ($mode)"
   decode_start=$SECONDS
-  fairseq-generate "$WORK_DIR/data" --user-dir vaswani_plugin --task constituency_parsing \
-    --path "$WORK_DIR/checkpoints/checkpoint_last.pt" --gen-subset valid \
-    --beam "$BEAM" --lenpen 0.3 --max-len-a 1 --max-len-b 300 --batch-size 32 \
-    --required-batch-size-multiple 1 --trees-output "$WORK_DIR/dev.$mode.trees" "${flags[@]}" \
-    > "$WORK_DIR/generate.$mode.out"
+  decode valid "$WORK_DIR/dev.$mode.trees" "$WORK_DIR/generate.$mode.out" "${flags[@]}"
   echo "$((SECONDS - decode_start))" > "$WORK_DIR/decode_seconds.$mode"
 done
+if ((${#test_files[@]} > 0)); then
+  note "fairseq-generate test ${DECODING[*]} ${RECOMMENDED[*]} -> $WORK_DIR/test.trees"
+  decode_start=$SECONDS
+  decode test "$WORK_DIR/test.trees" "$WORK_DIR/generate.test.out" "${RECOMMENDED[@]}"
+  echo "$((SECONDS - decode_start))" > "$WORK_DIR/decode_seconds.test"
+fi
 
 note "results"
 commit=$(git rev-parse --short HEAD)
@@ -94,15 +118,22 @@ cat <<EOF
 | dev (wsj_0160-0179) | EVALB F1 | recall | precision | malformed outputs | decode time |
 |---|---|---|---|---|---|
 EOF
-for mode in plain constrained; do
-  python - "$WORK_DIR/generate.$mode.out" "$mode" "$(cat "$WORK_DIR/decode_seconds.$mode")" <<'PY'
+scores() {  # scores GENERATE_OUTPUT SPLIT: F1 recall precision malformed decoded rate repairs, from its Parse lines
+  python - "$1" "$2" <<'PY'
 import re
 import sys
 
-text = open(sys.argv[1], encoding="utf-8").read()
-f1 = re.search(r"F1 = ([\d.]+) \| recall ([\d.]+) precision ([\d.]+)", text)
-bad = re.search(r"malformed outputs (\d+)/(\d+) \(([\d.]+)%\) \| repairs: (.*)", text)
-print(f"| {sys.argv[2]} | {f1.group(1)} | {f1.group(2)} | {f1.group(3)} | {bad.group(1)}/{bad.group(2)} "
-      f"({bad.group(3)}%; {bad.group(4)}) | {sys.argv[3]} s |")
+text, split = open(sys.argv[1], encoding="utf-8").read(), sys.argv[2]
+f1 = re.search(rf"^Parse {split}: EVALB \(COLLINS\) F1 = ([\d.]+) \| recall ([\d.]+) precision ([\d.]+)", text, re.M)
+bad = re.search(rf"^Parse {split}: malformed outputs (\d+)/(\d+) \(([\d.]+)%\) \| repairs: (.*)", text, re.M)
+print("\t".join(f1.groups() + bad.groups()))
 PY
+}
+for mode in plain constrained; do
+  IFS=$'\t' read -r f1 recall precision malformed decoded rate repairs < <(scores "$WORK_DIR/generate.$mode.out" valid)
+  echo "| $mode | $f1 | $recall | $precision | $malformed/$decoded ($rate%; $repairs) | $(cat "$WORK_DIR/decode_seconds.$mode") s |"
 done
+if ((${#test_files[@]} > 0)); then
+  IFS=$'\t' read -r f1 recall precision malformed decoded _ _ < <(scores "$WORK_DIR/generate.test.out" test)
+  echo "test: F1 = $f1 | recall $recall precision $precision | malformed $malformed/$decoded"
+fi
