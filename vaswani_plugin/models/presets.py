@@ -7,11 +7,13 @@ import dataclasses
 
 from fairseq.models import register_model_architecture
 
+from .fairseq_options import translate_command_line
 from .vaswani_transformer import VaswaniTransformerConfig
 
 
 def _apply_preset(args, values: dict) -> None:
     """Set the preset's values, then the config defaults, wherever `args` has none yet."""
+    translate_command_line(args)  # fairseq's transformer option names set our fields first
     for name, value in values.items():
         if getattr(args, name, None) is None:
             setattr(args, name, value)

@@ -24,6 +24,7 @@ from typing import Dict, Optional
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import (
+    ARCH_CONFIG_REGISTRY,
     FairseqEncoder,
     FairseqEncoderDecoderModel,
     FairseqIncrementalDecoder,
@@ -34,6 +35,7 @@ from torch import Tensor, nn
 
 from ..errors import ConfigError
 from ..modules import DecoderLayer, EncoderLayer, PackedWeight, ScaledEmbedding, linear, use_onednn_linears_
+from .fairseq_options import add_fairseq_options, translate_command_line
 
 
 @dataclass
@@ -242,6 +244,7 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
     def add_args(cls, parser):
         # Defaults are left out of the namespace so that the preset (--arch) can fill them in.
         gen_parser_from_dataclass(parser, VaswaniTransformerConfig(), delete_default=True, with_prefix="")
+        add_fairseq_options(parser)  # fairseq's transformer names, translated by the preset
 
     @classmethod
     def build_model(cls, cfg, task):
@@ -253,3 +256,7 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
         # fp32 on CPU: every linear layer's GEMMs through oneDNN, ~2x MKL's here (modules.onednn_linear)
         return use_onednn_linears_(cls(encoder, decoder))
 
+
+# `--arch vaswani_transformer` (no preset) got a no-op from register_model: it translates fairseq's
+# transformer options too, as every preset does before filling its defaults.
+ARCH_CONFIG_REGISTRY["vaswani_transformer"] = translate_command_line
