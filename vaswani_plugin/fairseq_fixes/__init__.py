@@ -11,8 +11,33 @@ docstring, what fairseq does alone and why the plugin changes it; each has its t
   leaves a loadable file;
 - `checkpoint_errors`: an unusable checkpoint ends the tool with one line naming the file;
 - `too_long_inputs`: a sentence over the length limits gives fairseq's message without a traceback.
+
+They are written against fairseq 0.12 (0.12.2, and the fairseq-fixed 0.12.3 builds of the same
+code): with another fairseq installed, importing them says so once, in one log line.
 """
-from . import (  # noqa: F401
+import logging
+from typing import Optional
+
+import fairseq
+
+logger = logging.getLogger(__name__)
+WRITTEN_FOR = "0.12"
+
+
+def version_mismatch(version: str) -> Optional[str]:
+    """The warning for an installed fairseq `version` other than the one the fixes were written for."""
+    if version.split(".")[:2] == WRITTEN_FOR.split("."):
+        return None
+    return (f"vaswani_plugin's fixes to fairseq (vaswani_plugin/fairseq_fixes/) were written for fairseq "
+            f"{WRITTEN_FOR}.x, but fairseq {version} is installed: each replaces a fairseq function and may no "
+            f"longer fit it")
+
+
+_mismatch = version_mismatch(str(getattr(fairseq, "__version__", "unknown")))
+if _mismatch:
+    logger.warning(_mismatch)
+
+from . import (  # noqa: E402,F401
     atomic_checkpoints,
     bf16_cpu,
     checkpoint_errors,
