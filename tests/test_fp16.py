@@ -83,3 +83,13 @@ def test_overflow_halves_the_scale_and_skips_the_update(small_trained, tmp_path,
     optimizer = state["last_optimizer_state"]
     assert optimizer["loss_scale"] == scales[-1]
     assert [s["step"] for s in optimizer["state"].values()] == [1] * len(optimizer["state"])  # skipped ones: no step
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="--amp is fairseq's CUDA autocast")
+def test_amp_on_cpu_says_in_one_line_that_it_trains_in_fp32(small_trained, tmp_path):
+    proc = train_briefly(small_trained["bin"], tmp_path, "--user-dir", "vaswani_plugin", *TINY_TRANSLATION_MODEL,
+                         "--amp", "--no-save")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = proc.stdout + proc.stderr
+    assert log.count("--amp without CUDA trains in fp32") == 1
+    assert train_inner_values(proc, "loss_scale") == {1: 1.0}  # torch's GradScaler, disabled without CUDA

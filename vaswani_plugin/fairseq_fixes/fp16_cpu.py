@@ -17,8 +17,9 @@ wherever fairseq used `.cuda()`). Everything else is fairseq's: the model and ba
 the scaler halving the scale and skipping the update on an overflow, growing it every
 `--fp16-scale-window` updates. GPU runs take fairseq's code unchanged.
 
-`--amp` is left alone: fairseq's `--amp` is CUDA's autocast and GradScaler, which torch disables
-(with a warning) on a CPU, so it trains in fp32 there.
+`--amp` is not made to run in reduced precision: fairseq's `--amp` is CUDA's autocast and
+GradScaler, which torch disables on a CPU (warning only about autocast), so it trains in fp32 there
+with a loss scale of 1; the plugin says so in one line and points to --fp16 and --bf16.
 """
 import inspect
 import logging
@@ -26,6 +27,7 @@ import textwrap
 
 import torch
 from fairseq import trainer as fairseq_trainer
+from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.optim.fp16_optimizer import _FP16OptimizerMixin
 
 logger = logging.getLogger(__name__)
@@ -43,6 +45,19 @@ def build_fp32_params(cls, args, params, flatten=True):
 
 
 _FP16OptimizerMixin.build_fp32_params = classmethod(build_fp32_params)
+
+_fairseq_build_amp_optimizer = AMPOptimizer.build_optimizer.__func__
+
+
+def build_amp_optimizer(cls, cfg, params, **kwargs):
+    """fairseq's AMPOptimizer; without CUDA, one line saying that --amp trains in fp32."""
+    if not torch.cuda.is_available():
+        logger.warning("--amp without CUDA trains in fp32 (fairseq's --amp is CUDA's autocast and loss scaler); "
+                       "--fp16 or --bf16 train in reduced precision on a CPU")
+    return _fairseq_build_amp_optimizer(cls, cfg, params, **kwargs)
+
+
+AMPOptimizer.build_optimizer = classmethod(build_amp_optimizer)
 
 # Trainer.train_step is one 200-line method; only its overflow branch's `.cuda()` changes.
 _OVERFLOW_NORM = "grad_norm = torch.tensor(0.0).cuda()"
