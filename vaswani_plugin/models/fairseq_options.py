@@ -9,7 +9,9 @@ softmax, another activation, different encoder and decoder widths, ...), the opt
 with one line naming it; given at fairseq's own default it is accepted (it asks for nothing).
 
 - `add_fairseq_options(parser)`: every option of fairseq's transformer that is not already one of
-  ours, in its own group of `--help`, its help saying what it sets in ours or that it is refused;
+  ours (or the task's), beside ours in `--help`, its help ("fairseq's name: ...") saying what it
+  sets here or that it is refused, and for `--share-decoder-input-output-embed`, whose default
+  disagrees with ours, which of our options is fairseq's default;
 - `translate_command_line(args)`: before a preset fills its defaults, the fairseq options given
   set our fields; two options for one field of ours (fairseq's or ours) that disagree stop with
   one line; a one-sided option (`--encoder-attention-heads` alone) sets the field for both sides,
