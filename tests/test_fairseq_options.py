@@ -158,3 +158,14 @@ def test_fairseq_alone_leaves_the_models_options_out_of_help_and_the_plugin_list
     fixed = run_tool("fairseq-train", "--user-dir", "vaswani_plugin", *flags).stdout
     for option in ("--encoder-embed-dim", "--warmup-init-lr"):
         assert option not in alone and option in fixed, option
+
+
+def test_an_option_fairseq_ignores_alone_is_accepted_alone_and_refused_with_what_it_qualifies():
+    """fairseq reads --adaptive-softmax-dropout only with --adaptive-softmax-cutoff (its
+    AdaptiveSoftmax); alone it changes nothing, there and here."""
+    assert cli_config("vaswani_transformer_tiny", "--adaptive-softmax-dropout", "0.2").model.d_model == 256
+    fairseq = build_from_cli("transformer", FakeTask(make_dictionary(40)), *FAIRSEQ_NAMES["post_ln-target_tied"][0],
+                             "--adaptive-softmax-dropout", "0.2")
+    assert fairseq.decoder.adaptive_softmax is None
+    with pytest.raises(ConfigError, match=re.escape("--adaptive-softmax-cutoff = [10] (adaptive softmax)")):
+        cli_config("vaswani_transformer_tiny", "--adaptive-softmax-dropout", "0.2", "--adaptive-softmax-cutoff", "10")

@@ -38,14 +38,15 @@ class Option:
     refused: Optional[str] = None  # what a value other than fairseq's default asks for
     inverted: bool = False  # our field is the option's negation
     model: bool = True  # False: how fairseq computes, not what (memory, export); checkpoints ignore it
+    needs: Optional[str] = None  # the option without which fairseq ignores this one (then so do we)
 
 
 def _sets(field: str, inverted: bool = False) -> Option:
     return Option(ours=field, inverted=inverted)
 
 
-def _refused(what: str, model: bool = True) -> Option:
-    return Option(refused=what, model=model)
+def _refused(what: str, model: bool = True, needs: Optional[str] = None) -> Option:
+    return Option(refused=what, model=model, needs=needs)
 
 
 _NORMFORMER = "NormFormer scaling"
@@ -81,10 +82,10 @@ OPTIONS: Dict[str, Option] = {
     "encoder_layers_to_keep": _refused("LayerDrop pruning"),
     "decoder_layers_to_keep": _refused("LayerDrop pruning"),
     "adaptive_softmax_cutoff": _refused("adaptive softmax"),
-    "adaptive_softmax_dropout": _refused("adaptive softmax"),
-    "adaptive_softmax_factor": _refused("adaptive softmax"),
-    "tie_adaptive_weights": _refused("adaptive softmax"),
-    "tie_adaptive_proj": _refused("adaptive softmax"),
+    "adaptive_softmax_dropout": _refused("adaptive softmax", needs="adaptive_softmax_cutoff"),
+    "adaptive_softmax_factor": _refused("adaptive softmax", needs="adaptive_softmax_cutoff"),
+    "tie_adaptive_weights": _refused("adaptive softmax", needs="adaptive_softmax_cutoff"),
+    "tie_adaptive_proj": _refused("adaptive softmax", needs="adaptive_softmax_cutoff"),
     "adaptive_input": _refused("adaptive input embeddings"),
     "no_scale_embedding": _refused("unscaled embeddings; §3.4 multiplies them by sqrt(d_model)"),
     "layernorm_embedding": _refused("a LayerNorm on the embeddings"),
@@ -95,11 +96,11 @@ OPTIONS: Dict[str, Option] = {
     "encoder_embed_path": _refused("pretrained embeddings read from a file"),
     "decoder_embed_path": _refused("pretrained embeddings read from a file"),
     "quant_noise_pq": _refused(_QUANT_NOISE),
-    "quant_noise_pq_block_size": _refused(_QUANT_NOISE),
+    "quant_noise_pq_block_size": _refused(_QUANT_NOISE, needs="quant_noise_pq"),
     "quant_noise_scalar": _refused(_QUANT_NOISE),
     "base_layers": _refused("BASE layers"),
-    "base_sublayers": _refused("BASE layers"),
-    "base_shuffle": _refused("BASE layers"),
+    "base_sublayers": _refused("BASE layers", needs="base_layers"),
+    "base_shuffle": _refused("BASE layers", needs="base_layers"),
     "char_inputs": _refused("character inputs"),
     "scale_attn": _refused(_NORMFORMER),
     "scale_fc": _refused(_NORMFORMER),
@@ -159,10 +160,13 @@ def _at_default(v, default) -> bool:
 
 
 def inexpressible(args, model_only: bool = False, skip: Tuple[str, ...] = ()) -> Iterator[Tuple[str, object, str]]:
-    """(name, value, what) for each refused option of `args` away from fairseq's default."""
+    """(name, value, what) for each refused option of `args` away from fairseq's default (one that
+    only qualifies another, `--adaptive-softmax-dropout`, counts only with that one)."""
     defaults = fairseq_defaults()
     for name, option in OPTIONS.items():
         if option.refused is None or name in skip or (model_only and not option.model):
+            continue
+        if option.needs is not None and _at_default(value(args, option.needs), defaults[option.needs]):
             continue
         v = value(args, name)
         if not _at_default(v, defaults[name]):
