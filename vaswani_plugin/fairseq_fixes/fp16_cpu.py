@@ -61,7 +61,8 @@ AMPOptimizer.build_optimizer = classmethod(build_amp_optimizer)
 
 # Trainer.train_step is one 200-line method; only its overflow branch's `.cuda()` changes.
 _OVERFLOW_NORM = "grad_norm = torch.tensor(0.0).cuda()"
-_source = textwrap.dedent(inspect.getsource(fairseq_trainer.Trainer.train_step))
+_lines, _first = inspect.getsourcelines(fairseq_trainer.Trainer.train_step)
+_source = "\n" * (_first - 1) + textwrap.dedent("".join(_lines))  # tracebacks keep trainer.py's line numbers
 if _source.count(_OVERFLOW_NORM) == 1:
     _namespace = {}
     exec(compile(_source.replace(_OVERFLOW_NORM, "grad_norm = torch.tensor(0.0, device=self.device)"),
