@@ -105,3 +105,27 @@ def test_an_explicit_restore_file_fairseq_alone_trains_from_scratch(small_traine
     assert fixed.stderr.strip().splitlines()[-1].endswith(f"{tmp_path / 'typo.pt'}: no such checkpoint file "
                                                           f"(--restore-file)")
 
+
+
+def test_resuming_another_shape_fairseq_alone_says_only_that_architectures_must_match(small_trained, tmp_path):
+    """fairseq's Trainer.load_checkpoint, on parameters of another shape: an Exception whose message
+    names neither the parameter nor the shapes (torch's detail is only in the exception it replaced,
+    printed as a traceback); the fix's one line names them (test_bad_input runs it through fairseq-train)."""
+    from fairseq import tasks
+    from fairseq.trainer import Trainer
+
+    from conftest import TINY_TRANSLATION_MODEL
+    from helpers import cli_config
+
+    cfg = cli_config("vaswani_transformer", *TINY_TRANSLATION_MODEL[2:], "--d-model", "64", "--optimizer", "adam",
+                     "--lr", "0.001", "--cpu", "--save-dir", str(tmp_path))
+    cfg.task.data = str(small_trained["bin"])
+    task = tasks.setup_task(cfg.task)
+    trainer = Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
+    with pytest.raises(Exception) as alone:
+        checkpoint_errors._trainer_load_checkpoint(trainer, str(small_trained["ckpt"]))
+    assert not isinstance(alone.value, ConfigError)
+    assert str(alone.value).endswith("please ensure that the architectures match.")
+    assert "size mismatch" not in str(alone.value) and "size mismatch" in str(alone.value.__context__)
+    with pytest.raises(ConfigError, match="parameters do not fit --arch vaswani_transformer .*size mismatch for "):
+        trainer.load_checkpoint(str(small_trained["ckpt"]))
