@@ -9,10 +9,11 @@ one; outputs compared before timing). Two modes per length T:
 - incremental: one decoding step (1 query) against a cache of T earlier steps, plus the beam reorder
   fairseq's generator performs before every step (identity order here: same work, same rows).
 Ours is timed twice: as a plain module (F.linear) and with its projections through oneDNN, as the
-model runs it on CPU (`use_onednn_linears_`). Timings interleave the modules and take medians; the
+model runs it on CPU (`use_onednn_linears_`: OneDNNLinear layers). Timings interleave the modules and take medians; the
 table is appended to benchmarks/RESULTS.md.
 """
 import argparse
+import copy
 import os
 import sys
 import time
@@ -72,17 +73,17 @@ def incremental_step(ours, theirs, x):
         for i in range(t):  # fairseq's cache grows one step at a time
             theirs(xt[i:i + 1], xt[i:i + 1], xt[i:i + 1], incremental_state=state_theirs, need_weights=False)
         ours.reorder_incremental_state(state_ours, order)  # steady state: our spare reorder buffer exists
-    snapshot_ours = {k: dict(v) for k, v in state_ours.items()}
-    snapshot_theirs = {k: dict(v) for k, v in state_theirs.items()}
+    snapshot_ours = {k: copy.copy(v) for k, v in state_ours.items()}
+    snapshot_theirs = {k: copy.copy(v) for k, v in state_theirs.items()}
     new = torch.randn(b, 1, x.size(2), device=x.device)
 
     def run_ours():
-        state = {k: dict(v) for k, v in snapshot_ours.items()}
+        state = {k: copy.copy(v) for k, v in snapshot_ours.items()}
         ours.reorder_incremental_state(state, order)
         return ours(new, causal=True, incremental_state=state)[0]
 
     def run_theirs():
-        state = {k: dict(v) for k, v in snapshot_theirs.items()}
+        state = {k: copy.copy(v) for k, v in snapshot_theirs.items()}
         theirs.reorder_incremental_state(state, order)
         q = new.transpose(0, 1)
         return theirs(q, q, q, incremental_state=state, need_weights=False)[0].transpose(0, 1)
@@ -102,8 +103,6 @@ def timed(fn, device):
 
 
 def run(args):
-    import copy
-
     from vaswani_plugin.modules import use_onednn_linears_
 
     torch.set_num_threads(args.threads)

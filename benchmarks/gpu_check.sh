@@ -14,8 +14,9 @@
 #   DEVICE=cpu SHAPE=tiny REPEATS=1 STEPS=1 WARMUP=0 BEAM_UPDATES=20 BEAM_ARCH=vaswani_transformer_tiny BEAM_TEST=40 \
 #     bash benchmarks/gpu_check.sh                              # dry run of the whole flow on a CPU
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RECIPE=gpu_check.sh
+# shellcheck source=recipes/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../recipes/lib/common.sh"
 cd "$ROOT"
 DEVICE="${DEVICE:-cuda}"
 SHAPE="${SHAPE:-big}"
@@ -39,14 +40,13 @@ LOG="$DEST/gpu_check.log"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
-fail() { echo "gpu_check.sh: error: $*" >&2; exit 1; }
-step() { echo; echo "=== $* ($(date -u +%H:%M:%S), ${SECONDS}s)"; }
+step() { note "$* ($(date -u +%H:%M:%S), ${SECONDS}s)"; }  # the log says when each step began
 
-command -v "$PYTHON" > /dev/null || fail "'$PYTHON' not found (set PYTHON or activate the venv)"
-command -v fairseq-train > /dev/null || fail "fairseq-train not found (activate the venv with fairseq installed)"
+command -v "$PYTHON" > /dev/null || die "'$PYTHON' not found (set PYTHON or activate the venv)"
+command -v fairseq-train > /dev/null || die "fairseq-train not found (activate the venv with fairseq installed)"
 if [[ "$DEVICE" == cuda ]]; then
   "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
-    || fail "torch sees no CUDA device (torch $("$PYTHON" -c 'import torch; print(torch.__version__)'))"
+    || die "torch sees no CUDA device (torch $("$PYTHON" -c 'import torch; print(torch.__version__)'))"
   DTYPES=(fp16 bf16)
   nvidia-smi -L 2>/dev/null || true
 else
@@ -96,7 +96,7 @@ fi
     timeout 240 "$PYTHON" benchmarks/beam_search.py --checkpoint "$checkpoint" --data "$data" \
       --device "$DEVICE" --bf16 --batch-size 128 --repeats 2 --label "synthetic test"
   else
-    fail "benchmarks/beam_search.py has no --device option: beam-search speed NOT measured"
+    die "benchmarks/beam_search.py has no --device option: beam-search speed NOT measured"
   fi
   step "done in ${SECONDS}s"
 } 2>&1 | tee "$LOG"

@@ -12,10 +12,11 @@
 #
 # Environment: MULTI30K (the corpus directory), WORK_DIR (default: multi30k-work/ at the repository
 # root), TRAIN_MINUTES (12), THREADS for training (all cores), BENCH_THREADS for decoding (1),
-# VOCAB (8000), REPEATS (3).
+# VOCAB (8000), REPEATS (3). The data-bin is benchmarks/multi30k_prepare.sh's.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RECIPE=multi30k_decoding.sh
+# shellcheck source=recipes/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../recipes/lib/common.sh"
 MULTI30K="${MULTI30K:-$ROOT/../shared/data/multi30k}"
 WORK_DIR="${WORK_DIR:-$ROOT/multi30k-work}"
 TRAIN_MINUTES="${TRAIN_MINUTES:-12}"
@@ -24,43 +25,12 @@ BENCH_THREADS="${BENCH_THREADS:-1}"
 VOCAB="${VOCAB:-8000}"
 REPEATS="${REPEATS:-3}"
 
-step() { printf '\n==> %s\n' "$*" >&2; }
-fail() { echo "multi30k_decoding.sh: error: $*" >&2; exit 1; }
-
-for split in train val test2016; do
-  for lang in en de; do
-    [[ -f "$MULTI30K/$split.$lang" ]] || fail "$MULTI30K/$split.$lang not found; set MULTI30K to the corpus directory"
-  done
-done
-if [[ -z "${VIRTUAL_ENV:-}" ]]; then
-  [[ -f "$ROOT/.venv/bin/activate" ]] || fail "no virtualenv active and no $ROOT/.venv (run: bash scripts/install.sh)"
-  # shellcheck disable=SC1091
-  source "$ROOT/.venv/bin/activate"
-fi
+require_tool python fairseq-train
 cd "$ROOT"  # --user-dir vaswani_plugin names this checkout's package
-mkdir -p "$WORK_DIR"
+export MULTI30K WORK_DIR VOCAB THREADS
+bash "$ROOT/benchmarks/multi30k_prepare.sh"
 
-step "checking and encoding Multi30k (joint sentencepiece, $VOCAB pieces)"
-python -m vaswani_plugin.data.check_parallel check "$MULTI30K/train.en" "$MULTI30K/train.de" \
-  "$MULTI30K/val.en" "$MULTI30K/val.de" "$MULTI30K/test2016.en" "$MULTI30K/test2016.de"
-python -m vaswani_plugin.data.spm train --inputs "$MULTI30K/train.en" "$MULTI30K/train.de" \
-  --model-prefix "$WORK_DIR/spm" --vocab-size "$VOCAB"
-python - "$WORK_DIR" "$MULTI30K" <<'PY'
-import sys
-
-from vaswani_plugin.data.spm import encode
-
-work, corpus = sys.argv[1:]
-for ours, theirs in (("train", "train"), ("valid", "val"), ("test", "test2016")):
-    for lang in ("en", "de"):
-        encode(f"{work}/spm.model", f"{corpus}/{theirs}.{lang}", f"{work}/{ours}.sp.{lang}")
-PY
-rm -rf "$WORK_DIR/data-bin"
-fairseq-preprocess --source-lang en --target-lang de --trainpref "$WORK_DIR/train.sp" \
-  --validpref "$WORK_DIR/valid.sp" --testpref "$WORK_DIR/test.sp" --destdir "$WORK_DIR/data-bin" \
-  --joined-dictionary --workers "$THREADS"
-
-step "fairseq-train vaswani_transformer_tiny for $TRAIN_MINUTES minutes"
+note "fairseq-train vaswani_transformer_tiny for $TRAIN_MINUTES minutes"
 rm -rf "$WORK_DIR/checkpoints"
 OMP_NUM_THREADS="$THREADS" fairseq-train "$WORK_DIR/data-bin" --user-dir vaswani_plugin \
   --arch vaswani_transformer_tiny --share-all-embeddings --dropout 0.3 \
@@ -71,15 +41,15 @@ OMP_NUM_THREADS="$THREADS" fairseq-train "$WORK_DIR/data-bin" --user-dir vaswani
   --save-dir "$WORK_DIR/checkpoints" --no-epoch-checkpoints --log-interval 50
 checkpoint="$WORK_DIR/checkpoints/checkpoint_last.pt"
 
-step "beam search: ours vs fairseq's transformer on the same weights"
+note "beam search: ours vs fairseq's transformer on the same weights"
 python benchmarks/beam_search.py --checkpoint "$checkpoint" --data "$WORK_DIR/data-bin" --split test \
   --label "Multi30k test2016 (1000)" --batch-size 64 --threads "$BENCH_THREADS" --repeats "$REPEATS" --bf16
 
 if python -c 'import ctranslate2' 2> /dev/null; then
-  step "beam search: ours vs CTranslate2"
+  note "beam search: ours vs CTranslate2"
   python benchmarks/ctranslate2_anchor.py --checkpoint "$checkpoint" --data "$WORK_DIR/data-bin" --split test \
     --label "Multi30k test2016 (1000)" --batch-size 64 --threads "$BENCH_THREADS" --repeats "$REPEATS"
 else
-  step "ctranslate2 is not installed (pip install ctranslate2): skipping the CTranslate2 anchor"
+  note "ctranslate2 is not installed (pip install ctranslate2): skipping the CTranslate2 anchor"
 fi
-step "tables appended to $ROOT/benchmarks/RESULTS.md; work files in $WORK_DIR"
+note "tables appended to $ROOT/benchmarks/RESULTS.md; work files in $WORK_DIR"

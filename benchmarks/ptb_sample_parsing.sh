@@ -14,8 +14,9 @@
 # root), THREADS (1), TRAIN_HOURS (0.33), MAX_TOKENS, LR, WARMUP, VOCAB, BEAM, and the model's LAYERS
 # (per stack), D_MODEL, D_FF, HEADS, DROPOUT.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RECIPE=ptb_sample_parsing
+# shellcheck source=recipes/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../recipes/lib/common.sh"
 PTB="${PTB:-$ROOT/../shared/data/ptb_sample}"
 WORK_DIR="${WORK_DIR:-$ROOT/ptb-parsing-work}"
 THREADS="${THREADS:-1}"
@@ -33,12 +34,7 @@ DROPOUT="${DROPOUT:-0.3}"
 MODEL=(--arch vaswani_transformer --encoder-layers "$LAYERS" --decoder-layers "$LAYERS" --d-model "$D_MODEL"
        --d-ff "$D_FF" --attention-heads "$HEADS" --dropout "$DROPOUT")
 
-step() { printf '\n==> %s\n' "$*" >&2; }
-
-if [[ -z "${VIRTUAL_ENV:-}" ]]; then
-  # shellcheck disable=SC1091
-  source "$ROOT/.venv/bin/activate"
-fi
+require_tool python fairseq-train fairseq-generate
 export OMP_NUM_THREADS="$THREADS"
 cd "$ROOT"
 mkdir -p "$WORK_DIR"
@@ -46,21 +42,19 @@ mkdir -p "$WORK_DIR"
 train=()
 dev=()
 for file in "$PTB"/wsj_*.mrg; do
+  [[ -f $file ]] || continue  # no match: the pattern itself
   number=${file##*/wsj_}
   number=$((10#${number%.mrg}))
   if ((number <= 159)); then train+=("$file"); elif ((number <= 179)); then dev+=("$file"); fi
 done
-if ((${#train[@]} == 0 || ${#dev[@]} == 0)); then
-  echo "ptb_sample_parsing: error: no wsj_*.mrg files for train and dev in $PTB" >&2
-  exit 1
-fi
+((${#train[@]} > 0 && ${#dev[@]} > 0)) || die "no wsj_*.mrg files for train and dev in $PTB"
 
-step "preparing ${#train[@]} train and ${#dev[@]} dev files into $WORK_DIR/data"
+note "preparing ${#train[@]} train and ${#dev[@]} dev files into $WORK_DIR/data"
 rm -rf "$WORK_DIR/data"
 python -m vaswani_plugin.parsing.prepare --train "${train[@]}" --valid "${dev[@]}" \
   --out "$WORK_DIR/data" --scheme vinyals --vocab-size "$VOCAB"
 
-step "fairseq-train for $TRAIN_HOURS h on $THREADS threads"
+note "fairseq-train for $TRAIN_HOURS h on $THREADS threads"
 rm -rf "$WORK_DIR/checkpoints"
 train_start=$SECONDS
 fairseq-train "$WORK_DIR/data" --user-dir vaswani_plugin --task constituency_parsing "${MODEL[@]}" \
@@ -75,7 +69,7 @@ train_seconds=$((SECONDS - train_start))
 for mode in plain constrained; do
   flags=()
   if [[ $mode == constrained ]]; then flags=(--constrained-decoding); fi
-  step "fairseq-generate dev --beam $BEAM --lenpen 0.3 --max-len-a 1 --max-len-b 300 ($mode)"
+  note "fairseq-generate dev --beam $BEAM --lenpen 0.3 --max-len-a 1 --max-len-b 300 ($mode)"
   decode_start=$SECONDS
   fairseq-generate "$WORK_DIR/data" --user-dir vaswani_plugin --task constituency_parsing \
     --path "$WORK_DIR/checkpoints/checkpoint_last.pt" --gen-subset valid \
@@ -85,7 +79,7 @@ for mode in plain constrained; do
   echo "$((SECONDS - decode_start))" > "$WORK_DIR/decode_seconds.$mode"
 done
 
-step "results"
+note "results"
 commit=$(git rev-parse --short HEAD)
 if [[ -n $(git status --porcelain -- vaswani_plugin benchmarks) ]]; then commit="$commit + uncommitted changes"; fi
 last_valid=$(grep "valid on 'valid' subset" "$WORK_DIR/train.log" | tail -n 1 | sed 's/.*| epoch \([0-9]*\) .*| loss \([0-9.]*\) .*num_updates \([0-9]*\).*/epoch \1, update \3, dev loss \2/')

@@ -12,12 +12,13 @@
 # 5. prints EVALB (COLLINS) F1 and the malformed-output rates.
 #
 # Assumes the virtual environment at .venv of the repository root (made by scripts/install.sh); it
-# is activated when VIRTUAL_ENV is unset. Settings can be changed through the environment: WORK_DIR
+# is activated when VIRTUAL_ENV is unset (recipes/lib/common.sh). Settings can be changed through the environment: WORK_DIR
 # (default: parsing-work/ at the repository root), MAX_UPDATE, MAX_TOKENS, WARMUP, LR, BEAM, TRAIN,
 # VALID, TEST (treebank sizes), THREADS.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RECIPE=parsing_quickstart
+# shellcheck source=recipes/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 WORK_DIR="${WORK_DIR:-$ROOT/parsing-work}"
 MAX_UPDATE="${MAX_UPDATE:-2000}"
 MAX_TOKENS="${MAX_TOKENS:-2048}"
@@ -29,28 +30,23 @@ VALID="${VALID:-300}"
 TEST="${TEST:-500}"
 THREADS="${THREADS:-$(nproc)}"
 
-step() { printf '\n==> %s\n' "$*" >&2; }
-
-if [[ -z "${VIRTUAL_ENV:-}" ]]; then
-  # shellcheck disable=SC1091
-  source "$ROOT/.venv/bin/activate"
-fi
+require_tool python fairseq-train fairseq-generate
 export OMP_NUM_THREADS="$THREADS"
 cd "$ROOT"  # so that --user-dir vaswani_plugin names the package of this checkout
 mkdir -p "$WORK_DIR"
 start=$SECONDS
 
-step "sampling a synthetic treebank ($TRAIN/$VALID/$TEST trees) in $WORK_DIR/treebank"
+note "sampling a synthetic treebank ($TRAIN/$VALID/$TEST trees) in $WORK_DIR/treebank"
 python -m vaswani_plugin.parsing.synthetic_treebank --out "$WORK_DIR/treebank" \
   --train "$TRAIN" --valid "$VALID" --test "$TEST"
 
-step "preparing $WORK_DIR/data (vinyals scheme, sentencepiece source)"
+note "preparing $WORK_DIR/data (vinyals scheme, sentencepiece source)"
 rm -rf "$WORK_DIR/data"
 python -m vaswani_plugin.parsing.prepare --train "$WORK_DIR/treebank/train.trees" \
   --valid "$WORK_DIR/treebank/valid.trees" --test "$WORK_DIR/treebank/test.trees" \
   --out "$WORK_DIR/data" --scheme vinyals --vocab-size 16000
 
-step "fairseq-train: $MAX_UPDATE updates of ~$MAX_TOKENS tokens, validation F1 every 500 updates"
+note "fairseq-train: $MAX_UPDATE updates of ~$MAX_TOKENS tokens, validation F1 every 500 updates"
 rm -rf "$WORK_DIR/checkpoints"
 fairseq-train "$WORK_DIR/data" --user-dir vaswani_plugin --task constituency_parsing \
   --arch vaswani_transformer --encoder-layers 2 --decoder-layers 2 --d-model 128 --d-ff 512 \
@@ -68,7 +64,7 @@ fairseq-train "$WORK_DIR/data" --user-dir vaswani_plugin --task constituency_par
 for mode in plain constrained; do
   flags=()
   if [[ $mode == constrained ]]; then flags=(--constrained-decoding); fi
-  step "fairseq-generate --beam $BEAM --lenpen 0.3 --max-len-a 1 --max-len-b 300 ($mode) on the test set"
+  note "fairseq-generate --beam $BEAM --lenpen 0.3 --max-len-a 1 --max-len-b 300 ($mode) on the test set"
   fairseq-generate "$WORK_DIR/data" --user-dir vaswani_plugin --task constituency_parsing \
     --path "$WORK_DIR/checkpoints/checkpoint_best.pt" --gen-subset test \
     --beam "$BEAM" --lenpen 0.3 --max-len-a 1 --max-len-b 300 --batch-size 64 \
@@ -76,13 +72,10 @@ for mode in plain constrained; do
     > "$WORK_DIR/generate.$mode.out"
 done
 
-step "results"
+note "results"
 for mode in plain constrained; do
   trees=$(wc -l < "$WORK_DIR/test.$mode.trees")
-  if [[ $trees -ne $TEST ]]; then
-    echo "parsing_quickstart: error: $trees trees for $TEST test sentences ($mode)" >&2
-    exit 1
-  fi
+  [[ $trees -eq $TEST ]] || die "$trees trees for $TEST test sentences ($mode)"
   echo "$mode decoding:"
   grep '^Parse test: \(EVALB\|malformed\)' "$WORK_DIR/generate.$mode.out" | sed 's/^/  /'
 done

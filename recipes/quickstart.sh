@@ -12,14 +12,15 @@
 #    (label_smoothed_xent, eps 0.1) and schedule (inverse_sqrt_warmup), Adam(0.9, 0.98, 1e-9);
 # 6. averages the last checkpoints (§6.1);
 # 7. fairseq-generate --beam 4 --lenpen 0.6 (§6.1) on the whole test set;
-# 8. prints sacreBLEU and a few sample translations.
+# 8. scores it (vaswani_plugin.cli.score_bleu: sacreBLEU, tokenized BLEU) and prints a few translations.
 #
 # Settings can be changed through the environment: WORK_DIR (default: quickstart-work/ at the
 # repository root), TRAIN_PAIRS, VALID_PAIRS, TEST_PAIRS, VOCAB_SIZE, MAX_UPDATE, MAX_TOKENS, WARMUP,
 # LR_SCALE, SAVE_EVERY, AVERAGE_LAST, THREADS.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RECIPE=quickstart
+# shellcheck source=recipes/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 WORK_DIR="${WORK_DIR:-$ROOT/quickstart-work}"
 TRAIN_PAIRS="${TRAIN_PAIRS:-50000}"
 VALID_PAIRS="${VALID_PAIRS:-1000}"
@@ -36,18 +37,15 @@ AVERAGE_LAST="${AVERAGE_LAST:-3}"
 SAVE_EVERY="${SAVE_EVERY:-100}"
 THREADS="${THREADS:-$(nproc)}"
 
-step() { printf '\n==> %s\n' "$*" >&2; }
-
-step "installing into ${VENV:-$ROOT/.venv}"
+note "installing into ${VENV:-$ROOT/.venv}"
 bash "$ROOT/scripts/install.sh"
-# shellcheck disable=SC1091
-source "${VENV:-$ROOT/.venv}/bin/activate"
+use_venv "${VENV:-$ROOT/.venv}"
 export OMP_NUM_THREADS="$THREADS"
 cd "$ROOT"  # so that --user-dir vaswani_plugin names the package of this checkout
 mkdir -p "$WORK_DIR"
 start=$SECONDS
 
-step "generating the embedded corpus in $WORK_DIR/raw"
+note "generating the embedded corpus in $WORK_DIR/raw"
 python -m vaswani_plugin.data.synthetic_corpus --out "$WORK_DIR/raw" \
   --train "$TRAIN_PAIRS" --valid "$VALID_PAIRS" --test "$TEST_PAIRS"
 # Strict: the generated corpus must be UTF-8, line-aligned and without an empty line; a file and line
@@ -55,7 +53,7 @@ python -m vaswani_plugin.data.synthetic_corpus --out "$WORK_DIR/raw" \
 python -m vaswani_plugin.data.check_parallel check "$WORK_DIR/raw/train.en" "$WORK_DIR/raw/train.de" \
   "$WORK_DIR/raw/valid.en" "$WORK_DIR/raw/valid.de" "$WORK_DIR/raw/test.en" "$WORK_DIR/raw/test.de"
 
-step "learning a joint sentencepiece vocabulary and encoding"
+note "learning a joint sentencepiece vocabulary and encoding"
 python -m vaswani_plugin.data.spm train --inputs "$WORK_DIR/raw/train.en" "$WORK_DIR/raw/train.de" \
   --model-prefix "$WORK_DIR/spm" --vocab-size "$VOCAB_SIZE"
 for split in train valid test; do
@@ -65,13 +63,13 @@ for split in train valid test; do
   done
 done
 
-step "fairseq-preprocess (joined dictionary)"
+note "fairseq-preprocess (joined dictionary)"
 rm -rf "$WORK_DIR/data-bin"
 fairseq-preprocess --source-lang en --target-lang de \
   --trainpref "$WORK_DIR/train.sp" --validpref "$WORK_DIR/valid.sp" --testpref "$WORK_DIR/test.sp" \
   --destdir "$WORK_DIR/data-bin" --joined-dictionary --workers "$THREADS"
 
-step "fairseq-train: vaswani_transformer_tiny, $MAX_UPDATE updates of ~$MAX_TOKENS tokens"
+note "fairseq-train: vaswani_transformer_tiny, $MAX_UPDATE updates of ~$MAX_TOKENS tokens"
 rm -rf "$WORK_DIR/checkpoints"
 fairseq-train "$WORK_DIR/data-bin" \
   --user-dir vaswani_plugin --arch vaswani_transformer_tiny --share-all-embeddings \
@@ -83,34 +81,23 @@ fairseq-train "$WORK_DIR/data-bin" \
   --keep-interval-updates "$AVERAGE_LAST" --no-epoch-checkpoints \
   --validate-interval-updates "$SAVE_EVERY" --log-interval 50
 
-step "averaging the last $AVERAGE_LAST checkpoints"
+note "averaging the last $AVERAGE_LAST checkpoints"
 vaswani-average-checkpoints --inputs "$WORK_DIR/checkpoints" --num-update-checkpoints "$AVERAGE_LAST" \
   --output "$WORK_DIR/checkpoints/averaged.pt"
 
-step "fairseq-generate --beam 4 --lenpen 0.6 on the test set"
+note "fairseq-generate --beam 4 --lenpen 0.6 on the test set"
 # --required-batch-size-multiple 1: fairseq 0.12 otherwise drops a last batch smaller than 8.
 fairseq-generate "$WORK_DIR/data-bin" --user-dir vaswani_plugin --path "$WORK_DIR/checkpoints/averaged.pt" \
   --gen-subset test --beam 4 --lenpen 0.6 --batch-size 128 --required-batch-size-multiple 1 \
   --remove-bpe sentencepiece > "$WORK_DIR/generate.out"
-grep '^H-' "$WORK_DIR/generate.out" | sort -t- -k2,2n | cut -f3 > "$WORK_DIR/test.hyp.de"
 
-step "scoring"
-python - "$WORK_DIR" <<'PY'
-import sys
-
-from sacrebleu.metrics import BLEU
-
-work = sys.argv[1]
-sources = open(f"{work}/raw/test.en", encoding="utf-8").read().splitlines()
-refs = open(f"{work}/raw/test.de", encoding="utf-8").read().splitlines()
-hyps = open(f"{work}/test.hyp.de", encoding="utf-8").read().splitlines()
-if len(hyps) != len(refs):
-    sys.exit(f"quickstart: error: {len(hyps)} hypotheses for {len(refs)} test sentences")
-metric = BLEU(force=True)  # the embedded corpus is tokenized text by design: no detokenization warning
-score = metric.corpus_score(hyps, [refs])
-print(f"\nsacreBLEU on {len(refs)} test sentences: {score.score:.2f}  ({metric.get_signature()})")
-for i in (0, 1, 2, 3, 4):
-    print(f"\n  source:    {sources[i]}\n  reference: {refs[i]}\n  output:    {hyps[i]}")
-PY
+note "scoring"
+# One hypothesis per test sentence or an error naming the first one missing; sacreBLEU and tokenized BLEU.
+python -m vaswani_plugin.cli.score_bleu --generate-output "$WORK_DIR/generate.out" --ref "$WORK_DIR/raw/test.de" \
+  --hyp-out "$WORK_DIR/test.hyp.de"
+for i in 1 2 3 4 5; do
+  printf '\n  source:    %s\n  reference: %s\n  output:    %s\n' "$(sed -n "${i}p" "$WORK_DIR/raw/test.en")" \
+    "$(sed -n "${i}p" "$WORK_DIR/raw/test.de")" "$(sed -n "${i}p" "$WORK_DIR/test.hyp.de")"
+done
 echo >&2
 echo "quickstart: done in $((SECONDS - start)) s; outputs in $WORK_DIR (generate.out, test.hyp.de, checkpoints/)" >&2

@@ -9,7 +9,8 @@ from vaswani_plugin.modules import FusedEncoderDecoderAttention, FusedSelfAttent
 
 
 def reference_attention(q, k, v, key_padding_mask=None, causal=False):
-    """softmax(QK^T / sqrt(d_k)) V written out loop by loop from Eq. 1, in float64."""
+    """softmax(QK^T / sqrt(d_k)) V written out loop by loop from Eq. 1, in float64. `causal`: the t
+    queries are the last t of the s positions (a chunk of new steps after s - t cached ones)."""
     q, k, v = q.double(), k.double(), v.double()
     b, h, t, d = q.shape
     s = k.size(2)
@@ -18,7 +19,7 @@ def reference_attention(q, k, v, key_padding_mask=None, causal=False):
         for i in range(t):
             allowed = [j for j in range(s)
                        if not (key_padding_mask is not None and key_padding_mask[bi, j])
-                       and not (causal and j > i)]
+                       and not (causal and j > i + s - t)]
             scores = torch.stack([(q[bi, :, i] * k[bi, :, j]).sum(-1) / math.sqrt(d) for j in allowed], -1)
             weights = torch.softmax(scores, dim=-1)  # [H, |allowed|]
             out[bi, :, i] = torch.einsum("ha,had->hd", weights, v[bi][:, allowed])
@@ -34,6 +35,8 @@ CASES = [
     dict(t=6, s=6, mask=[6, 3, 1], causal=False),
     dict(t=6, s=6, mask=None, causal=True),
     dict(t=6, s=6, mask=[6, 4, 2], causal=True),
+    dict(t=4, s=9, mask=None, causal=True),  # a chunk of 4 new queries against 5 cached steps
+    dict(t=3, s=7, mask=[7, 5, 4], causal=True),
 ]
 
 
@@ -169,3 +172,48 @@ def test_incremental_self_attention_equals_full_causal_and_reorders():
     cont, _ = attn(nxt, causal=True, incremental_state=state)
     recomputed, _ = attn(torch.cat([x[order], nxt], 1), causal=True)
     torch.testing.assert_close(cont, recomputed[:, -1:], atol=1e-5, rtol=1e-5)
+
+
+def test_chunked_incremental_self_attention_equals_full_decoding():
+    """Chunks of several new queries against a non-empty cache (prefix forcing, speculative decoding)
+    see the cache and the chunk up to themselves, as in one full causal pass."""
+    attn = FusedSelfAttention(16, 4).eval()
+    _randomize(attn)
+    x = torch.randn(3, 22, 16)
+    with torch.no_grad():
+        full, full_weights = attn(x, causal=True, need_weights=True)
+        for need_weights in (False, True):
+            state, start, outs = {}, 0, []
+            for size in (3, 1, 4, 6, 8):  # 22 steps: the cache also outgrows its capacity of 16
+                out, weights = attn(x[:, start:start + size], causal=True, incremental_state=state,
+                                    need_weights=need_weights)
+                if need_weights:
+                    torch.testing.assert_close(weights, full_weights[:, :, start:start + size, :start + size],
+                                               atol=1e-6, rtol=1e-5)
+                outs.append(out)
+                start += size
+            torch.testing.assert_close(torch.cat(outs, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_chunked_incremental_decoder_layer_equals_full_decoding():
+    """The same through a decoder layer: its encoder-decoder attention gets chunks of queries too,
+    and beam search's row layout (hypotheses grouped per sentence) on the way."""
+    from vaswani_plugin.modules import DecoderLayer
+
+    layer = DecoderLayer(16, 4, 32, dropout=0.0).eval()
+    memory, mask = torch.randn(2, 5, 16), padding_mask([5, 3], 5)
+    rows = torch.arange(2).repeat_interleave(3)  # 3 hypotheses per sentence
+    x = torch.randn(6, 9, 16)
+    with torch.no_grad():
+        full, _ = layer(x, memory[rows], mask[rows])
+        state, chunks = {}, []
+        for start, stop in ((0, 2), (2, 3), (3, 7), (7, 9)):
+            out, _ = layer(x[:, start:stop], memory, mask, incremental_state=state, memory_rows=rows)
+            chunks.append(out)
+    torch.testing.assert_close(torch.cat(chunks, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_causal_needs_at_least_as_many_keys_as_queries():
+    q = torch.randn(1, 1, 4, 8)
+    with pytest.raises(ValueError, match="at least as many keys as queries"):
+        scaled_dot_product(q, q[:, :, :3], q[:, :, :3], causal=True)

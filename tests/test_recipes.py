@@ -58,9 +58,9 @@ PAPER_BATCH = 8 * 3584
 
 @pytest.mark.parametrize("pair, model, arch, dropout, max_update, average", [
     # Table 3 (base, big), §5.2 (100k / 300k steps), §6.1 (last 5 / 20 checkpoints, P_drop 0.1 for en-fr big)
-    ("en_de", "base", "vaswani_transformer_base", presets.BASE["dropout"], "100000", "5"),
-    ("en_de", "big", "vaswani_transformer_big", presets.BIG["dropout"], "300000", "20"),
-    ("en_fr", "big", "vaswani_transformer_big_en_fr", presets.BIG_EN_FR["dropout"], "300000", "20"),
+    ("en_de", "base", "vaswani_transformer_base", presets.PRESETS["vaswani_transformer_base"].dropout, "100000", "5"),
+    ("en_de", "big", "vaswani_transformer_big", presets.PRESETS["vaswani_transformer_big"].dropout, "300000", "20"),
+    ("en_fr", "big", "vaswani_transformer_big_en_fr", presets.PRESETS["vaswani_transformer_big_en_fr"].dropout, "300000", "20"),
 ])
 def test_wmt_train_and_generate_carry_the_papers_settings(pair, model, arch, dropout, max_update, average):
     assert dropout == {"base": 0.1, "big": 0.3 if pair == "en_de" else 0.1}[model]  # Table 3, §6.1
@@ -84,6 +84,25 @@ def test_wmt_train_and_generate_carry_the_papers_settings(pair, model, arch, dro
                         "--remove-bpe": "sentencepiece"}.items():
         assert flag(generate, name) == value, name
     assert command(commands, "vaswani_plugin.cli.score_bleu")
+
+
+def test_hydra_config_is_the_base_preset():
+    """recipes/hydra/transformer_base.yaml spells the model out (fairseq-hydra-train resolves it before
+    the plugin's defaults): every field is the base preset's, else the config's default, except
+    share_all_embeddings, which the recipe sets as the paper does for its shared vocabulary (§3.4)."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig
+
+    model = OmegaConf.to_container(OmegaConf.load(os.path.join(RECIPES, "hydra", "transformer_base.yaml")).model)
+    assert model.pop("_name") == "vaswani_transformer"
+    base = presets.preset_values(presets.PRESETS["vaswani_transformer_base"])
+    defaults = {f.name: f.default for f in dataclasses.fields(VaswaniTransformerConfig)}
+    assert base.keys() <= model.keys() <= defaults.keys()
+    assert model.pop("share_all_embeddings") is True
+    assert model == {name: base.get(name, defaults[name]) for name in model}
 
 
 @pytest.mark.parametrize("ngpu, max_tokens, update_freq", [(1, 3584, 8), (2, 3584, 4), (4, 3584, 2), (16, 1792, 1)])

@@ -1,5 +1,6 @@
-# Shared by the recipes' scripts (sourced, not run). Each script sets RECIPE (the name in its error
-# messages) before sourcing this file.
+# Shared by the scripts of recipes/ and benchmarks/ (sourced, not run): the repository root, the
+# venv, messages (note, die), checks (require_*) and the DRY_RUN/SMOKE modes. Each script sets RECIPE
+# (the name in its error messages) before sourcing this file.
 #
 # Modes, from the environment:
 #   DRY_RUN=1  print every command, shell-quoted, on stdout, and run nothing (no file or GPU checks);
@@ -25,10 +26,15 @@ PAPER_MAX_TOKENS=3584
 die() { echo "$RECIPE: error: $*" >&2; exit 1; }
 note() { printf '\n==> %s\n' "$*" >&2; }
 
+# use_venv DIR: activate the virtualenv DIR (scripts/install.sh makes one at .venv, or at $VENV).
+use_venv() {
+  # shellcheck disable=SC1091
+  source "$1/bin/activate"
+}
+
 # The venv of the checkout, when the caller has none active (the recipes also run from a pip install).
 if [[ -z "${VIRTUAL_ENV:-}" && -f "$ROOT/.venv/bin/activate" ]]; then
-  # shellcheck disable=SC1091
-  source "$ROOT/.venv/bin/activate"
+  use_venv "$ROOT/.venv"
 fi
 USER_DIR="${USER_DIR:-$ROOT/vaswani_plugin}"
 

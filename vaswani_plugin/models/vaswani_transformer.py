@@ -14,10 +14,13 @@ Departures from the paper, each pinned by a test:
   layers PyTorch's default), which learned more per update on Multi30k than xavier-uniform with zero
   biases everywhere (issue 12; benchmarks/multi30k_fidelity.sh).
 
-Speed only, same function: on CPU in fp32 every linear layer runs through oneDNN
-(`modules.onednn_linear`), and during beam search the encoder output is never copied: reorders
-compose into "memory_rows" and each cross-attention keeps one K/V per source sentence.
+Speed only, same function: the linear-layer backend is chosen in `build_model` (on CPU in fp32,
+oneDNN: `modules.onednn_linear`; the layers then print as OneDNNLinear), and during beam search the
+encoder output is never copied: reorders compose into "memory_rows", which every layer's
+encoder-decoder attention reads through its cache, one K/V per source sentence
+(`modules.attention_cache`).
 """
+import logging
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
@@ -35,7 +38,10 @@ from torch import Tensor, nn
 
 from ..errors import ConfigError
 from ..modules import DecoderLayer, EncoderLayer, PackedWeight, ScaledEmbedding, linear, use_onednn_linears_
+from ..modules.onednn_linear import onednn_available
 from .fairseq_options import add_fairseq_options, translate_command_line
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -190,22 +196,14 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         x = self.embedding(prev_output_tokens, last_step_only=incremental_state is not None)  # [B, T, d]
         memory = encoder_out["memory"]
         memory_padding_mask = encoder_out.get("memory_padding_mask")
-        memory_rows = encoder_out.get("memory_rows")  # set by reorder_encoder_out
-        if memory_rows is not None and incremental_state is None:
-            memory = memory.index_select(0, memory_rows)  # [B, S, d]: a full pass gets one row per row
-            if memory_padding_mask is not None:
-                memory_padding_mask = memory_padding_mask.index_select(0, memory_rows)  # [B, S]
-        elif memory_rows is not None:
-            for layer in self.layers:
-                if layer.cross_attn.get_state(incremental_state) is None:
-                    layer.cross_attn.start(incremental_state, memory, memory_padding_mask, memory_rows)
+        memory_rows = encoder_out.get("memory_rows")  # beam search's reorders, see reorder_encoder_out
         if alignment_layer is None:
             alignment_layer = len(self.layers) - 1
         attn = None
         for i, layer in enumerate(self.layers):
             want = self.need_attn and i == alignment_layer
             x, weights = layer(x, memory, memory_padding_mask, incremental_state=incremental_state,
-                               need_weights=want)
+                               need_weights=want, memory_rows=memory_rows)
             if want:
                 attn = weights.float().mean(dim=1)  # [B, T, S], averaged over heads as fairseq expects
         if self.final_norm is not None:
@@ -253,8 +251,13 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
         tgt_embed = src_embed if cfg.share_all_embeddings else _embedding(task.target_dictionary, cfg.d_model)
         encoder = VaswaniEncoder(cfg, task.source_dictionary, src_embed)
         decoder = VaswaniDecoder(cfg, task.target_dictionary, tgt_embed)
-        # fp32 on CPU: every linear layer's GEMMs through oneDNN, ~2x MKL's here (modules.onednn_linear)
-        return use_onednn_linears_(cls(encoder, decoder))
+        model = cls(encoder, decoder)
+        # The linear-layer backend (speed only): fp32 GEMMs on CPU through oneDNN, ~2x MKL's here, and
+        # F.linear for other dtypes and devices or where oneDNN's ops are missing (modules.onednn_linear)
+        use_onednn_linears_(model)
+        logger.info("linear layers: %s", "oneDNN for fp32 on CPU, F.linear otherwise" if onednn_available()
+                    else "F.linear")
+        return model
 
 
 # `--arch vaswani_transformer` (no preset) got a no-op from register_model: it translates fairseq's

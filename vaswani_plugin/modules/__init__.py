@@ -1,5 +1,6 @@
 """Plain-PyTorch building blocks of the Transformer (no fairseq import): testable alone."""
-from .attention import FusedEncoderDecoderAttention, FusedSelfAttention, scaled_dot_product
+from .attention import FusedEncoderDecoderAttention, FusedSelfAttention
+from .attention_kernels import scaled_dot_product
 from .embedding import ScaledEmbedding
 from .fused_output_loss import fused_output_loss
 from .layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward

@@ -86,14 +86,16 @@ class DecoderLayer(nn.Module):
         self_padding_mask: Optional[Tensor] = None,
         incremental_state: Optional[Dict] = None,
         need_weights: bool = False,
+        memory_rows: Optional[Tensor] = None,
     ) -> Tuple[Tensor, Optional[Tensor]]:
-        """x: [B, T, d] (T = 1 when decoding step by step); memory: [B, S, d].
+        """x: [B, T, d] (T = 1 when decoding step by step); memory: [N, S, d], read by decoder row i
+        at row memory_rows[i] (None: row i, N = B; see `FusedEncoderDecoderAttention`).
         Returns the new states and, when `need_weights`, the encoder-decoder attention
         weights [B, H, T, S]."""
         h = self.self_attn_block.open(x)
         h, _ = self.self_attn(h, key_padding_mask=self_padding_mask, causal=True, incremental_state=incremental_state)
         x = self.self_attn_block.close(x, h)
         h = self.cross_attn_block.open(x)
-        h, weights = self.cross_attn(h, memory, memory_padding_mask, incremental_state, need_weights)
+        h, weights = self.cross_attn(h, memory, memory_padding_mask, incremental_state, need_weights, memory_rows)
         x = self.cross_attn_block.close(x, h)
         return self.ffn_block.close(x, self.ffn(self.ffn_block.open(x))), weights

@@ -1,31 +1,76 @@
-"""fp32 GEMMs on CPU through oneDNN (speed only; not in the paper).
+"""The linear-layer backend: fp32 GEMMs on CPU through oneDNN (speed only; not in the paper).
 
 Measured on the project's benchmark CPU (AMD EPYC with AVX-512, one thread): torch's default fp32
 matmul (MKL's sgemm) reaches ~90-105 GFLOP/s on the Transformer's shapes, oneDNN's linear primitive
 ~170-240 GFLOP/s, for training shapes ([4096 x 512] @ [512 x 2048], and both backward products) and
 decoding shapes alike; reordering a weight once into oneDNN's blocked layout helps decoding further.
 
-- `matmul_nt(a, b)`: a @ bᵀ, through oneDNN for float32 CPU tensors (the fused output loss uses it);
-- `linear(x, weight, bias, packed)`: `F.linear` with, while autograd records, an autograd Function
-  whose forward and both backward products go through oneDNN, and otherwise the weight packed once
-  (`PackedWeight`, re-packed when the weight changes);
-- `use_onednn_linears_(module, pack)` gives every `nn.Linear` inside a module that path, packing
-  weights only for a model that decodes from then on.
-Anything else (other dtypes, other devices, no oneDNN) takes plain `F.linear`. Results equal
-`F.linear`'s up to float rounding (another summation order); parameters and state_dict are untouched.
+- `use_onednn_linears_(module, pack)`: what the model calls where it is built (and again, with
+  `pack`, once it only decodes): every CPU `nn.Linear` inside becomes a `OneDNNLinear` (same
+  parameters, same state_dict; `print(model)` shows it);
+- `OneDNNLinear` / `linear(x, weight, bias, packed)`: `F.linear`, through oneDNN for float32 CPU
+  tensors: an autograd Function (forward and both backward products) while autograd records, the
+  weight packed once (`PackedWeight`) for a model that only decodes;
+- `matmul_nt(a, b)`: a @ bᵀ, through oneDNN for float32 CPU tensors (the fused output loss uses it).
+Anything else (other dtypes, CUDA tensors) takes plain `F.linear`; results equal `F.linear`'s up to
+float rounding (another summation order).
+
+oneDNN is reached through private torch ops (`_PRIVATE_OPS`). Each is looked up at import, and
+each call goes through `_call`: if one is missing, or fails the first time it is used, one log line
+says so and every linear layer falls back to `F.linear` from then on.
 """
 from __future__ import annotations
+
+import logging
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+logger = logging.getLogger(__name__)
+
+_PRIVATE_OPS = ("_linear_pointwise", "_reorder_linear_weight")  # torch.ops.mkldnn.*, every one used here
+
+
+def _missing_ops() -> str | None:
+    """Why oneDNN cannot be used here, or None when every op this file calls exists."""
+    if not torch.backends.mkldnn.is_available():
+        return "torch was built without oneDNN"
+    missing = [name for name in _PRIVATE_OPS if not hasattr(torch.ops.mkldnn, name)]
+    return f"torch.ops.mkldnn has no {', '.join(missing)}" if missing else None
+
+
+def _fall_back(reason: str) -> None:
+    global _AVAILABLE
+    _AVAILABLE = False
+    logger.warning("oneDNN linear layers off (%s): linear layers use F.linear", reason)
+
+
+_AVAILABLE = True
+_WORKED = set()  # the ops that have run once: a later failure is a real error, not a missing backend
+_REASON = _missing_ops()
+if _REASON is not None:
+    _fall_back(_REASON)
+
 
 def onednn_available() -> bool:
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    return _AVAILABLE
 
 
-_AVAILABLE = onednn_available()
+class _Unusable(Exception):
+    """A private op failed on its first use; the caller computes the same with F.linear."""
+
+
+def _call(name: str, *args) -> Tensor:
+    try:
+        out = getattr(torch.ops.mkldnn, name)(*args)
+    except Exception as error:  # noqa: BLE001 (any failure of a private op means: not usable here)
+        if name in _WORKED:
+            raise
+        _fall_back(f"torch.ops.mkldnn.{name} failed on first use: {type(error).__name__}: {error}")
+        raise _Unusable from error
+    _WORKED.add(name)
+    return out
 
 
 def _cpu_fp32(*tensors: Tensor) -> bool:
@@ -34,12 +79,17 @@ def _cpu_fp32(*tensors: Tensor) -> bool:
 
 def _linear(x2: Tensor, weight: Tensor, bias=None) -> Tensor:
     """[N, k] x [M, k] (+ [M]) -> [N, M] with oneDNN's linear primitive (dense inputs)."""
-    return torch.ops.mkldnn._linear_pointwise(x2.contiguous(), weight.contiguous(), bias, "none", [], "")
+    return _call("_linear_pointwise", x2.contiguous(), weight.contiguous(), bias, "none", [], "")
 
 
 def matmul_nt(a: Tensor, b: Tensor) -> Tensor:
     """a [N, k] @ b [M, k]ᵀ -> [N, M]; oneDNN for float32 CPU tensors, torch's matmul otherwise."""
-    return _linear(a, b) if _cpu_fp32(a, b) else a @ b.t()
+    if _cpu_fp32(a, b):
+        try:
+            return _linear(a, b)
+        except _Unusable:
+            pass
+    return a @ b.t()
 
 
 def nt_operand(b: Tensor) -> Tensor:
@@ -79,45 +129,56 @@ class PackedWeight:
     def get(self, weight: Tensor) -> Tensor:
         key = (weight.data_ptr(), weight._version)
         if key != self.key:
-            self.packed, self.key = torch.ops.mkldnn._reorder_linear_weight(weight.detach()), key
+            self.packed, self.key = _call("_reorder_linear_weight", weight.detach()), key
         return self.packed
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: PackedWeight | None = None) -> Tensor:
     """`F.linear(x, weight, bias)`, through oneDNN for float32 CPU tensors: the autograd Function when
     autograd records, else the `packed` copy of the weight when one is given."""
-    if not _cpu_fp32(x, weight):
-        return F.linear(x, weight, bias)
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        return _OneDNNLinear.apply(x, weight, bias)
-    x2 = x.reshape(-1, x.size(-1)).contiguous()  # [N, k]
-    w = weight.contiguous() if packed is None else packed.get(weight)
-    out = torch.ops.mkldnn._linear_pointwise(x2, w, bias, "none", [], "")
-    return out.view(*x.shape[:-1], weight.size(0))  # [..., M]
+    if _cpu_fp32(x, weight):
+        try:
+            if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+                return _OneDNNLinear.apply(x, weight, bias)
+            x2 = x.reshape(-1, x.size(-1)).contiguous()  # [N, k]
+            w = weight.contiguous() if packed is None else packed.get(weight)
+            return _call("_linear_pointwise", x2, w, bias, "none", [], "").view(*x.shape[:-1], weight.size(0))
+        except _Unusable:
+            pass
+    return F.linear(x, weight, bias)
 
 
-class _OneDNNLinearForward:
-    """Replaces one nn.Linear instance's forward (its parameters and state_dict stay as they are)."""
+class OneDNNLinear(nn.Linear):
+    """An `nn.Linear` computed by `linear`: oneDNN for float32 CPU tensors, F.linear otherwise.
+    `packed` (set by `use_onednn_linears_(..., pack=True)`) holds the weight in oneDNN's layout."""
 
-    def __init__(self, module: nn.Linear):
-        self.linear, self.packed = module, None
+    packed: PackedWeight | None = None
 
-    def __call__(self, x: Tensor) -> Tensor:
-        return linear(x, self.linear.weight, self.linear.bias, self.packed)
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias, self.packed)
+
+    def _apply(self, fn, *args, **kwargs):
+        """`.cuda()`, `.to(device)`: a layer that leaves the CPU becomes a plain nn.Linear again."""
+        super()._apply(fn, *args, **kwargs)
+        if self.weight.device.type != "cpu":
+            self.__class__ = nn.Linear
+            self.__dict__.pop("packed", None)
+        return self
 
 
 def use_onednn_linears_(module: nn.Module, pack: bool = False) -> nn.Module:
-    """Give every nn.Linear inside `module` the oneDNN CPU path (a no-op without oneDNN).
+    """Make every CPU `nn.Linear` inside `module` a `OneDNNLinear` (a no-op without oneDNN). Layers on
+    CUDA stay plain `nn.Linear`s, and a `OneDNNLinear` moved off the CPU becomes one again.
 
     `pack=True` is for a model that only decodes from now on (fairseq's make_generation_fast_): its
     weights are then packed once. Not while training: optimizers update `param.data` in place, which
     moves neither the data pointer nor the version counter `PackedWeight` watches, so a packed copy
     would go stale between validations."""
-    if _AVAILABLE:
-        for sub in module.modules():
-            if isinstance(sub, nn.Linear):
-                if not isinstance(sub.forward, _OneDNNLinearForward):
-                    sub.forward = _OneDNNLinearForward(sub)
-                if pack and sub.forward.packed is None:
-                    sub.forward.packed = PackedWeight()
+    if not _AVAILABLE:
+        return module
+    for sub in module.modules():
+        if type(sub) is nn.Linear and sub.weight.device.type == "cpu":
+            sub.__class__ = OneDNNLinear
+        if pack and isinstance(sub, OneDNNLinear) and sub.packed is None:
+            sub.packed = PackedWeight()
     return module

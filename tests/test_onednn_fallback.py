@@ -1,0 +1,106 @@
+"""The oneDNN linear backend (modules/onednn_linear.py) reaches oneDNN through private torch ops.
+When one is missing, or fails the first time it is used, one log line says so and every linear layer
+computes with F.linear; modules that are not on the CPU are never wrapped (issue 16)."""
+import inspect
+import logging
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import ROOT
+from vaswani_plugin.modules import onednn_linear
+
+MISSING_OP = textwrap.dedent("""
+    import logging, types
+    import torch
+    import torch.nn.functional as F
+    real = torch.ops.mkldnn
+    torch.ops.mkldnn = types.SimpleNamespace(_linear_pointwise=real._linear_pointwise)  # no _reorder_linear_weight
+    logging.basicConfig(level=logging.INFO, format="LOG %(name)s: %(message)s")
+    from conftest import FakeTask, make_dictionary
+    from helpers import build_from_cli
+    model = build_from_cli("vaswani_transformer", FakeTask(make_dictionary(10)), "--encoder-layers", "1",
+                           "--decoder-layers", "1", "--d-model", "8", "--d-ff", "16", "--attention-heads", "2")
+    model.decoder.make_generation_fast_()
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    print("types", sorted({type(m).__name__ for m in linears}))
+    x = torch.randn(3, 8)
+    print("equal", all(torch.equal(m(x), F.linear(x, m.weight, m.bias)) for m in linears if m.in_features == 8))
+""")
+
+
+def test_every_private_op_the_file_calls_is_looked_up_at_import():
+    source = inspect.getsource(onednn_linear)
+    assert not re.findall(r"torch\.ops\.mkldnn\.\w+\(", source)  # every call goes through _call
+    assert set(re.findall(r'_call\("(\w+)"', source)) == set(onednn_linear._PRIVATE_OPS)
+
+
+def test_a_missing_private_op_is_detected_at_import_and_logged_once():
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch has no oneDNN at all")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
+    proc = subprocess.run([sys.executable, "-c", MISSING_OP], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logged = [line for line in proc.stderr.splitlines() if "oneDNN" in line]
+    assert logged == ["LOG vaswani_plugin.modules.onednn_linear: oneDNN linear layers off (torch.ops.mkldnn has no "
+                      "_reorder_linear_weight): linear layers use F.linear"]
+    assert "types ['Linear']" in proc.stdout  # nothing wrapped
+    assert "equal True" in proc.stdout
+
+
+def _failing_namespace():
+    def fails(*args):
+        raise RuntimeError("could not create a primitive")
+    return types.SimpleNamespace(_linear_pointwise=fails, _reorder_linear_weight=fails)
+
+
+@pytest.mark.parametrize("mode", ["training", "decoding", "packed", "matmul_nt"])
+def test_an_op_that_fails_on_first_use_falls_back_to_f_linear_with_one_log_line(monkeypatch, caplog, mode):
+    monkeypatch.setattr(onednn_linear, "_AVAILABLE", True)
+    monkeypatch.setattr(onednn_linear, "_WORKED", set())
+    monkeypatch.setattr(torch.ops, "mkldnn", _failing_namespace())
+    lin = torch.nn.Linear(8, 5)
+    onednn_linear.use_onednn_linears_(lin, pack=mode == "packed")
+    assert type(lin) is onednn_linear.OneDNNLinear
+    x = torch.randn(4, 8, requires_grad=mode == "training")
+    with caplog.at_level(logging.WARNING, logger=onednn_linear.__name__), torch.set_grad_enabled(mode == "training"):
+        for _ in range(3):
+            if mode == "matmul_nt":
+                torch.testing.assert_close(onednn_linear.matmul_nt(x, lin.weight), x @ lin.weight.t(), rtol=0, atol=0)
+            else:
+                torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=0, atol=0)
+    op = "_reorder_linear_weight" if mode == "packed" else "_linear_pointwise"  # the first one each mode calls
+    assert [r.getMessage() for r in caplog.records] == [
+        f"oneDNN linear layers off (torch.ops.mkldnn.{op} failed on first use: RuntimeError: could not "
+        "create a primitive): linear layers use F.linear"]
+    assert not onednn_linear.onednn_available()
+
+
+def test_an_op_that_worked_once_raises_its_later_errors(monkeypatch):
+    """A failure after a first success is a real error (a bad shape, say), not a missing backend."""
+    monkeypatch.setattr(onednn_linear, "_AVAILABLE", True)
+    monkeypatch.setattr(onednn_linear, "_WORKED", {"_linear_pointwise", "_reorder_linear_weight"})
+    monkeypatch.setattr(torch.ops, "mkldnn", _failing_namespace())
+    with pytest.raises(RuntimeError, match="could not create a primitive"):
+        onednn_linear.linear(torch.randn(2, 8), torch.randn(5, 8))
+    assert onednn_linear.onednn_available()
+
+
+def test_modules_off_the_cpu_stay_unwrapped(monkeypatch):
+    monkeypatch.setattr(onednn_linear, "_AVAILABLE", True)
+    lin = torch.nn.Linear(8, 5, device="meta")  # stands for a CUDA module: any device but the CPU
+    onednn_linear.use_onednn_linears_(lin, pack=True)
+    assert type(lin) is torch.nn.Linear
+    model = onednn_linear.use_onednn_linears_(torch.nn.Sequential(torch.nn.Linear(8, 5)), pack=True)
+    assert type(model[0]) is onednn_linear.OneDNNLinear
+    model.to("meta")  # built on the CPU, then moved (fairseq's Trainer moves the model to the GPU)
+    assert type(model[0]) is torch.nn.Linear and "packed" not in vars(model[0])
+    assert model[0].weight.device.type == "meta"

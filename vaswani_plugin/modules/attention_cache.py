@@ -1,0 +1,129 @@
+"""What the attention modules keep between decoding steps (speed only; plain PyTorch).
+
+Incremental decoding stores one cache per attention module in the caller's `incremental_state` dict
+(fairseq's convention), under a key unique to the module (`CacheSlot`). Beam search then calls
+`reorder(new_order)`: row i of the new batch is row new_order[i] of the old. fairseq's contract
+moves every row every step, so each cache here makes that move cheap:
+
+- `SelfAttentionCache`: the keys and values of every step so far, in a buffer with spare capacity
+  (doubled when full: no re-allocation per step); a reorder gathers only the filled steps, into a
+  second buffer that then swaps with the first.
+- `MemoryCache`: the encoder-decoder attention's K and V, projected once per sentence and never
+  moved: beam search's reorders only move `rows` (decoder row -> source sentence), and when the rows
+  are fairseq's layout (each sentence's g hypotheses consecutive) the g queries of a sentence attend
+  to its K/V together, with no gather at all. The encoder's `reorder_encoder_out` composes the
+  reorders into "memory_rows", which the decoder hands to every layer: those are the first `rows`.
+"""
+import itertools
+from typing import Dict, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+_slot_ids = itertools.count()
+
+
+class CacheSlot:
+    """The key under which one module keeps its cache in fairseq's `incremental_state` dict."""
+
+    def __init__(self, owner: str):
+        self.key = f"{owner}.{next(_slot_ids)}"
+
+    def get(self, incremental_state: Optional[Dict]):
+        return None if incremental_state is None else incremental_state.get(self.key)
+
+    def put(self, incremental_state: Optional[Dict], cache):
+        if incremental_state is not None:
+            incremental_state[self.key] = cache
+        return cache
+
+
+class SelfAttentionCache:
+    """k, v: [B, H, capacity, d_k], of which the first `length` steps are filled."""
+
+    def __init__(self):
+        self.k = self.v = None
+        self.length = 0
+        self.spare = None  # the second buffer a reorder writes into, once it exists
+
+    def append(self, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
+        """Add the newest step(s) k, v [B, H, T, d_k]; -> every step so far, 2 x [B, H, length, d_k]."""
+        new = k.size(2)
+        if self.k is None:
+            b, h, _, d = k.shape
+            capacity = max(16, 2 * new)
+            self.k, self.v = k.new_empty(b, h, capacity, d), v.new_empty(b, h, capacity, d)
+        elif self.length + new > self.k.size(2):
+            # Double the capacity: amortised O(1) copies per step instead of a cat every step.
+            grow = max(self.k.size(2), new)
+            self.k = torch.cat([self.k, self.k.new_empty(*k.shape[:2], grow, k.size(3))], dim=2)
+            self.v = torch.cat([self.v, self.v.new_empty(*v.shape[:2], grow, v.size(3))], dim=2)
+            self.spare = None
+        self.k[:, :, self.length:self.length + new] = k
+        self.v[:, :, self.length:self.length + new] = v
+        self.length += new
+        return self.k[:, :, :self.length], self.v[:, :, :self.length]
+
+    def reorder(self, new_order: Tensor) -> None:
+        length, rows = self.length, new_order.numel()
+        if torch.is_grad_enabled() and self.k.requires_grad:  # out= cannot record a graph
+            self.k, self.v = self.k.index_select(0, new_order), self.v.index_select(0, new_order)
+            self.spare = None
+            return
+        spare = self.spare
+        if spare is None or spare[0].size(0) != rows:  # first reorder, or finished sentences left
+            spare = (self.k.new_empty(rows, *self.k.shape[1:]), self.v.new_empty(rows, *self.v.shape[1:]))
+        torch.index_select(self.k[:, :, :length], 0, new_order, out=spare[0][:, :, :length])
+        torch.index_select(self.v[:, :, :length], 0, new_order, out=spare[1][:, :, :length])
+        self.spare = (self.k, self.v) if self.k.size(0) == rows else None
+        self.k, self.v = spare
+
+
+class MemoryCache:
+    """k, v: [N, H, S, d_k], one per source sentence; mask [N, S] (True at padding) or None;
+    rows [B]: the sentence each decoder row reads (None: row i reads sentence i)."""
+
+    def __init__(self, k: Tensor, v: Tensor, mask: Optional[Tensor], rows: Optional[Tensor] = None):
+        self.k, self.v, self.mask = k, v, mask
+        self._set_rows(rows)
+
+    def _set_rows(self, rows: Optional[Tensor]) -> None:
+        """`group` = g when the rows are g consecutive hypotheses per sentence, in order (fairseq's
+        layout: sentence-major, beam-minor; None rows: g = 1); then a sentence's g queries attend to
+        its K/V together, with no gather. 0 otherwise (any other order: K/V are gathered per row)."""
+        self.rows, self.group = rows, 1
+        if rows is not None:
+            n, b = self.k.size(0), rows.numel()
+            grouped = b % n == 0 and torch.equal(rows, torch.arange(n, device=rows.device).repeat_interleave(b // n))
+            self.group = b // n if grouped else 0
+
+    def reorder(self, new_order: Tensor) -> None:
+        old = self.rows if self.rows is not None else torch.arange(self.k.size(0), device=new_order.device)
+        rows = old.index_select(0, new_order)  # [B'] sentence of each new decoder row
+        if rows.numel() < old.numel():
+            # Finished sentences left the batch: keep the K/V of the sentences still referred to.
+            used, rows = torch.unique(rows, return_inverse=True)
+            if used.numel() < self.k.size(0):
+                self.k, self.v = self.k.index_select(0, used), self.v.index_select(0, used)
+                self.mask = None if self.mask is None else self.mask.index_select(0, used)
+        self._set_rows(rows)
+
+    def arrange(self, q: Tensor, num_heads: int) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+        """Projected queries q [B, T, d] -> (q, k, v, mask) for the kernel: grouped, q [N, H, g*T, d_k]
+        against k, v [N, H, S, d_k] and mask [N, S]; else per row, [B, H, T, d_k] against [B, H, S, d_k]
+        and [B, S]. Either way `out.transpose(1, 2).reshape(B, T, d)` restores the decoder's rows."""
+        b, t, d = q.shape
+        if self.group:
+            q = q.view(self.k.size(0), self.group * t, num_heads, d // num_heads).transpose(1, 2)
+            return q, self.k, self.v, self.mask
+        q = q.view(b, t, num_heads, d // num_heads).transpose(1, 2)  # [B, H, T, d_k]
+        mask = None if self.mask is None else self.mask.index_select(0, self.rows)  # [B, S]
+        return q, self.k.index_select(0, self.rows), self.v.index_select(0, self.rows), mask
+
+    def weights_per_row(self, weights: Optional[Tensor], b: int, t: int) -> Optional[Tensor]:
+        """The kernel's weights, arranged as `arrange` laid the queries out -> [B, H, T, S]."""
+        if weights is None or not self.group:
+            return weights
+        h, s = weights.size(1), weights.size(-1)
+        weights = weights.view(self.k.size(0), h, self.group, t, s).transpose(1, 2)  # [N, g, H, T, S]
+        return weights.reshape(b, h, t, s)
