@@ -58,7 +58,8 @@ train() {
   mkdir -p "$dir"
   OMP_NUM_THREADS=1 fairseq-train "$WORK_DIR/data-bin" "${shape[@]}" "${COMMON[@]}" --seed "$seed" \
     --max-update "$updates" --save-interval-updates "$SHORT" --keep-interval-updates -1 \
-    --save-dir "$dir" > "$dir/$model-s$seed.log" 2>&1 || die "training $model seed $seed failed; see $dir/$model-s$seed.log"
+    --save-dir "$dir" > "$dir/$model-s$seed.log" 2>&1 ||
+    die "training $model seed $seed failed; see $dir/$model-s$seed.log"
   touch "$dir/done-$updates"
 }
 
@@ -82,7 +83,8 @@ if [[ $SCORE_ONLY != 1 ]]; then
   wait
   for job in "${jobs_list[@]}"; do
     read -r model seed updates <<< "$job"
-    [[ -f $RUNS/$model-s$seed/done-$updates ]] || die "training $model seed $seed did not finish; see $RUNS/$model-s$seed"
+    [[ -f $RUNS/$model-s$seed/done-$updates ]] ||
+      die "training $model seed $seed did not finish; see $RUNS/$model-s$seed"
   done
 fi
 
@@ -90,8 +92,9 @@ fi
 evaluate() {
   local dir=$1 checkpoint=$2 name=$3 out="$1/eval-$3.txt"
   [[ -f $out ]] && return 0
-  OMP_NUM_THREADS=$EVAL_THREADS fairseq-validate "$WORK_DIR/data-bin" --user-dir vaswani_plugin \
-    --path "$checkpoint" --valid-subset valid --max-tokens 4096 > "$dir/validate-$name.log" 2>&1 ||
+  OMP_NUM_THREADS=$EVAL_THREADS fairseq-validate "$WORK_DIR/data-bin" --task translation \
+    --user-dir vaswani_plugin --path "$checkpoint" --valid-subset valid --max-tokens 4096 \
+    > "$dir/validate-$name.log" 2>&1 ||
     die "fairseq-validate failed on $checkpoint; see $dir/validate-$name.log"
   OMP_NUM_THREADS=$EVAL_THREADS fairseq-generate "$WORK_DIR/data-bin" --user-dir vaswani_plugin \
     --path "$checkpoint" --gen-subset test --beam 4 --lenpen 0.6 --batch-size 128 \
@@ -111,6 +114,7 @@ for dir in "$RUNS"/*-s*; do
     evaluate "$dir" "$checkpoint" "${updates##*_}"
   done
   for done in "$dir"/done-*; do  # the last checkpoint, unless it is an interval one (done-UPDATES)
+    [[ -f $done ]] || continue
     updates=${done##*-}
     if (( updates % SHORT != 0 )); then evaluate "$dir" "$dir/checkpoint_last.pt" "$updates"; fi
   done

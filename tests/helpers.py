@@ -67,6 +67,17 @@ def eq3(step, d_model, warmup):
     return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
+def train_tiny_preset(data, save_dir, updates, *extra):
+    """fairseq-train of the tiny preset with the paper's loss, optimizer and schedule, one json log
+    line per update, same seed and batches whatever `extra` adds (--bf16, --fp16, ...)."""
+    return run_tool("fairseq-train", data, "--user-dir", "vaswani_plugin", "--arch", "vaswani_transformer_tiny",
+                    "--share-all-embeddings", "--criterion", "label_smoothed_xent", "--optimizer", "adam",
+                    "--adam-betas", "(0.9, 0.98)", "--lr-scheduler", "inverse_sqrt_warmup", "--warmup-updates", 40,
+                    "--max-tokens", 64, "--max-update", updates, "--seed", 1, "--cpu", "--disable-validation",
+                    "--no-save", "--save-dir", save_dir, "--log-format", "json", "--log-interval", 1,
+                    "--no-progress-bar", "--num-workers", 0, *extra)
+
+
 def train_inner_values(proc, key):
     """{num_updates: value of KEY} from the json `train_inner` lines of a fairseq-train run."""
     import json

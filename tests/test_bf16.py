@@ -7,24 +7,15 @@ per-update loss difference was 0.058, 0.054 and 0.087 on a 350-pair corpus with 
 difference 0.005-0.016. The test allows 0.25 per update and 0.05 on average.
 """
 
-from helpers import run_tool as run, train_inner_values
+from helpers import train_inner_values, train_tiny_preset
 
 UPDATES = 50
 
 
-def train(data, save_dir, *extra):
-    return run("fairseq-train", data, "--user-dir", "vaswani_plugin", "--arch", "vaswani_transformer_tiny",
-               "--share-all-embeddings", "--criterion", "label_smoothed_xent", "--optimizer", "adam",
-               "--adam-betas", "(0.9, 0.98)", "--lr-scheduler", "inverse_sqrt_warmup", "--warmup-updates", 40,
-               "--max-tokens", 64, "--max-update", UPDATES, "--seed", 1, "--cpu", "--disable-validation",
-               "--no-save", "--save-dir", save_dir, "--log-format", "json", "--log-interval", 1,
-               "--no-progress-bar", "--num-workers", 0, *extra)
-
-
 def test_bf16_trains_on_cpu_and_tracks_fp32(small_trained, tmp_path):
     data = small_trained["bin"]
-    bf16 = train(data, tmp_path / "bf16", "--bf16")
-    fp32 = train(data, tmp_path / "fp32")
+    bf16 = train_tiny_preset(data, tmp_path / "bf16", UPDATES, "--bf16")
+    fp32 = train_tiny_preset(data, tmp_path / "fp32", UPDATES)
     log = bf16.stdout + bf16.stderr
     assert "'bf16': True" in log and "'tpu': False" in log  # fairseq's bf16 path, without the TPU it implied
     a, b = train_inner_values(bf16, "loss"), train_inner_values(fp32, "loss")

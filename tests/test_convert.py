@@ -351,7 +351,8 @@ def test_bad_inputs_stop_with_one_line_and_write_nothing(tmp_path, data_dirs):
         ("text.pt", "--from-fairseq", "text.pt: not a checkpoint (starts with b'not ', not a torch.save file)"),
         ("truncated.pt", "--from-fairseq", "truncated.pt: not a readable checkpoint ("),
         ("foreign.pt", "--from-fairseq", "foreign.pt: not a fairseq checkpoint (found a dict with keys ['weights']"),
-        ("gelu.pt", "--from-fairseq", "gelu.pt: fairseq option --activation-fn = 'gelu' cannot be expressed"),
+        ("gelu.pt", "--from-fairseq", "gelu.pt: fairseq option --activation-fn = 'gelu' (an activation other "
+                                    "than the ReLU of §3.3) cannot be expressed"),
         ("good.pt", "--to-fairseq", "good.pt: architecture 'transformer_wmt_en_de' (fairseq's transformer: use "
                                     "--from-fairseq) is not vaswani_transformer"),
     ]

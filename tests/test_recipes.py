@@ -238,6 +238,8 @@ def test_every_recipe_script_is_strict():
 def test_wmt_recipe_runs_end_to_end_on_the_cpu(tmp_path, pair, tgt):
     for step in ("prepare", "train", "generate"):
         proc = recipe(f"wmt14_{pair}/{step}.sh", SMOKE=1, WORK_DIR=tmp_path)
+        if step == "train":  # the recipes' precision, on the CPU: fairseq's fp16 path with its loss scaler
+            assert "'fp16': True" in proc.stderr + proc.stdout and "| loss_scale 128 |" in proc.stderr + proc.stdout
     lines = proc.stdout.splitlines()
     assert any(re.fullmatch(r"detokenized sacreBLEU on 29 sentences: \d+\.\d\d \(nrefs:1\|.*\)", x) for x in lines)
     assert any(re.fullmatch(r"tokenized BLEU \(13a tokens, compounds split, the paper's way\): \d+\.\d\d", x)
@@ -250,5 +252,7 @@ def test_wmt_recipe_runs_end_to_end_on_the_cpu(tmp_path, pair, tgt):
 def test_parsing_recipe_runs_end_to_end_on_the_cpu(tmp_path):
     for step in ("prepare", "train", "generate"):
         proc = recipe(f"wsj_parsing/{step}.sh", SMOKE=1, WORK_DIR=tmp_path)
+        if step == "train":
+            assert "'fp16': True" in proc.stderr + proc.stdout
     assert re.search(r"^Bracketing FMeasure\s+=\s+\d+\.\d\d$", proc.stdout, re.MULTILINE)
     assert len((tmp_path / "test.trees").read_text(encoding="utf-8").splitlines()) == 13

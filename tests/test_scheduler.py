@@ -62,3 +62,39 @@ def test_state_survives_save_and_load():
 def test_zero_warmup_is_refused_with_the_flag_named():
     with pytest.raises(ConfigError, match="--warmup-updates must be at least 1"):
         make(warmup=0)
+
+
+def fairseq_inverse_sqrt(num_updates, peak, warmup, init):
+    """fairseq's inverse_sqrt (fairseq/optim/lr_scheduler/inverse_square_root_schedule.py), written out:
+    the rate after `num_updates` updates: linear from init to peak, then peak * sqrt(warmup / n)."""
+    if num_updates < warmup:
+        return init + num_updates * (peak - init) / warmup
+    return peak * warmup ** 0.5 * num_updates ** -0.5
+
+
+@pytest.mark.parametrize("init", [1e-7, 0.01])
+def test_warmup_init_lr_with_lr_as_peak_is_fairseqs_linear_warmup(init):
+    """Same curve as fairseq's inverse_sqrt at every step, one step on: our step n is its n - 1 (§5.3
+    counts from 1; fairseq spends its first update at init)."""
+    sched, opt = make(warmup=100, lr_as_peak=True, warmup_init_lr=init)
+    for n in (0, 1, 37, 99, 100, 101, 1000):
+        assert sched.step_update(n) == pytest.approx(fairseq_inverse_sqrt(n + 1, 0.25, 100, init), rel=1e-12), n
+
+
+def test_lr_and_warmup_init_lr_in_the_papers_mode_are_said_once_and_unused(caplog):
+    with caplog.at_level("WARNING"):
+        sched, opt = make(warmup_init_lr=1e-7)  # lr=[0.25] is fairseq's default: not given
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "--warmup-init-lr 1e-07 does not apply" in said[0]
+    assert opt.get_lr() == pytest.approx(eq3(1, 512, 4000))
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        cfg = InverseSqrtWarmupConfig(warmup_updates=4000, model_d_model=512, lr=[5e-4])
+        InverseSqrtWarmupSchedule(cfg, SGDOptimizer())
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "--lr 0.0005 is not used" in said[0]
+
+
+def test_negative_warmup_init_lr_is_refused():
+    with pytest.raises(ConfigError, match="--warmup-init-lr must be >= 0"):
+        make(lr_as_peak=True, warmup_init_lr=-1.0)

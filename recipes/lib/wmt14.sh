@@ -120,9 +120,9 @@ wmt_train() {
     max_update=${MAX_UPDATE:-300000} save_every=600
   fi
   if [[ $SMOKE == 1 ]]; then
-    note "SMOKE: vaswani_transformer_tiny, 10 updates of 512 tokens, one CPU process, no fp16"
+    note "SMOKE: vaswani_transformer_tiny, 10 updates of 512 tokens, one CPU process, fp16 as on GPUs"
     arch=vaswani_transformer_tiny dropout=0.1 max_update=10 save_every=5 warmup=5
-    MAX_TOKENS=512 UPDATE_FREQ=1
+    MAX_TOKENS=512 UPDATE_FREQ=1 gpu_flags=(--fp16)  # fp16 on a CPU: vaswani_plugin/fairseq_fixes/fp16_cpu.py
   else
     local nnodes=${NNODES:-1} per_node
     per_node=$(gpu_count)

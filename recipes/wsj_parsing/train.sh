@@ -15,9 +15,10 @@ require_file "$DATA/parse_config.json"
 arch=vaswani_transformer_parse max_update=${MAX_UPDATE:-20000} warmup=4000 every=1000 gpu_flags=()
 max_len_b=300
 if [[ $SMOKE == 1 ]]; then
-  note "SMOKE: vaswani_transformer_tiny, 10 updates of 512 tokens, one CPU process, no fp16, dev trees" \
-    "of at most input + 20 tokens (an untrained model rarely stops before the length limit)"
+  note "SMOKE: vaswani_transformer_tiny, 10 updates of 512 tokens, one CPU process, fp16 as on GPUs, dev" \
+    "trees of at most input + 20 tokens (an untrained model rarely stops before the length limit)"
   arch=vaswani_transformer_tiny max_update=10 warmup=5 every=5 MAX_TOKENS=512 UPDATE_FREQ=1 max_len_b=20
+  gpu_flags=(--fp16)  # fp16 on a CPU: vaswani_plugin/fairseq_fixes/fp16_cpu.py
 else
   world=$(gpu_count)
   batch_for_world "$world"

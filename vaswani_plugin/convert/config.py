@@ -7,51 +7,8 @@ import dataclasses
 
 from ..checkpoint_io import raw_model_config
 from ..errors import ConfigError
+from ..models.fairseq_options import OPTIONS, flag, inexpressible, one_value_each, refusal
 from .weights import FAIRSEQ_PAD
-
-# fairseq options that must be off (falsy) for a checkpoint to be expressible, and what they are.
-_MUST_BE_OFF = {
-    "encoder_layerdrop": "LayerDrop",
-    "decoder_layerdrop": "LayerDrop",
-    "encoder_layers_to_keep": "LayerDrop pruning",
-    "decoder_layers_to_keep": "LayerDrop pruning",
-    "no_token_positional_embeddings": "a model without positional encodings",
-    "adaptive_softmax_cutoff": "adaptive softmax",
-    "adaptive_input": "adaptive input embeddings",
-    "no_scale_embedding": "unscaled embeddings; §3.4 multiplies them by sqrt(d_model)",
-    "layernorm_embedding": "a LayerNorm on the embeddings",
-    "cross_self_attention": "cross+self-attention",
-    "no_cross_attention": "a decoder without encoder-decoder attention",
-    "quant_noise_pq": "quantization noise",
-    "quant_noise_scalar": "quantization noise",
-    "merge_src_tgt_embed": "a merged source-target dictionary",
-    "base_layers": "BASE layers",
-    "char_inputs": "character inputs",
-    "scale_attn": "NormFormer scaling",
-    "scale_fc": "NormFormer scaling",
-    "scale_heads": "NormFormer scaling",
-    "scale_resids": "NormFormer scaling",
-}
-# Pairs of fairseq options that vaswani_transformer has only one value for.
-_MUST_AGREE = (
-    ("encoder_embed_dim", "decoder_embed_dim", "d_model"),
-    ("decoder_embed_dim", "decoder_input_dim", "d_model"),
-    ("decoder_embed_dim", "decoder_output_dim", "d_model"),
-    ("encoder_ffn_embed_dim", "decoder_ffn_embed_dim", "d_ff"),
-    ("encoder_attention_heads", "decoder_attention_heads", "attention_heads"),
-    ("encoder_normalize_before", "decoder_normalize_before", "normalize_before"),
-    ("encoder_learned_pos", "decoder_learned_pos", "the positional encodings"),
-)
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _option(args, name: str):
-    """An option's value; integers that fairseq's parser left as strings (decoder_output_dim) as int."""
-    value = getattr(args, name, None)
-    return int(value) if isinstance(value, str) and value.lstrip("-").isdigit() else value
 
 
 def _full_cfg(state: dict, path: str) -> dict:
@@ -84,6 +41,10 @@ def _model_namespace(model_cfg) -> argparse.Namespace:
 
 # ------------------------------------------------------------------------------- fairseq -> ours
 
+# Refused by the table unless at fairseq's default, but expressible here in some cases: our own §3.5
+# table exported as learned positions by --to-fairseq; no final LayerNorm in a post-LN model.
+_CHECKED_BELOW = ("encoder_learned_pos", "decoder_learned_pos", "no_decoder_final_norm")
+
 
 def fairseq_model_args(state: dict, path: str = "checkpoint") -> argparse.Namespace:
     """The model options of a fairseq `transformer` checkpoint, with its architecture's defaults
@@ -109,20 +70,17 @@ def vaswani_config_from_fairseq(args: argparse.Namespace, state_dict: dict, path
     from ..models.vaswani_transformer import VaswaniTransformerConfig
     from ..modules import sinusoid_table
 
-    for name, what in _MUST_BE_OFF.items():
-        value = getattr(args, name, None)
-        if value:
-            raise ConfigError(f"{path}: fairseq option {_flag(name)} = {value!r} ({what}) cannot be "
-                              f"expressed by vaswani_transformer")
-    activation = getattr(args, "activation_fn", "relu")
-    if activation != "relu":
-        raise ConfigError(f"{path}: fairseq option --activation-fn = {activation!r} cannot be expressed by "
-                          f"vaswani_transformer (its feed-forward layers use ReLU, §3.3)")
-    for a, b, ours in _MUST_AGREE:
-        value_a, value_b = _option(args, a), _option(args, b)
-        if value_a != value_b:
-            raise ConfigError(f"{path}: fairseq options {_flag(a)} = {value_a!r} and {_flag(b)} = {value_b!r} "
-                              f"differ; vaswani_transformer has one {ours} for both")
+    # The one table of fairseq's options (models.fairseq_options), as for command lines; positions
+    # and the final LayerNorm depend on the tensors too and are checked below.
+    for name, v, _ in inexpressible(args, model_only=True, skip=_CHECKED_BELOW):
+        raise ConfigError(f"{path}: {refusal(name, v)}")
+    for a, value_a, b, value_b, ours in one_value_each(args):
+        raise ConfigError(f"{path}: fairseq options {flag(a)} = {value_a!r} and {flag(b)} = {value_b!r} "
+                          f"differ; vaswani_transformer has one {ours} for both")
+    if bool(args.encoder_learned_pos) != bool(args.decoder_learned_pos):
+        raise ConfigError(f"{path}: fairseq options --encoder-learned-pos = {args.encoder_learned_pos!r} and "
+                          f"--decoder-learned-pos = {args.decoder_learned_pos!r} differ; vaswani_transformer has "
+                          f"one kind of positional encodings for both")
     normalize_before = bool(args.encoder_normalize_before)
     if normalize_before and getattr(args, "no_decoder_final_norm", False):
         raise ConfigError(f"{path}: fairseq option --no-decoder-final-norm cannot be expressed by "
@@ -144,8 +102,9 @@ def vaswani_config_from_fairseq(args: argparse.Namespace, state_dict: dict, path
             rows = table[FAIRSEQ_PAD + 1:]
             paper = sinusoid_table(rows.size(0), rows.size(1), "paper").to(rows.dtype)
             if not torch.equal(rows, paper):
-                raise ConfigError(f"{path}: fairseq option --{side}-learned-pos (learned positional embeddings) "
-                                  f"cannot be expressed by vaswani_transformer (sinusoids only, §3.5)")
+                raise ConfigError(f"{path}: fairseq option --{side}-learned-pos "
+                                  f"({OPTIONS[side + '_learned_pos'].refused}) cannot be expressed by "
+                                  f"vaswani_transformer (sinusoids only, §3.5)")
         layout = "paper"
 
     share_all = bool(args.share_all_embeddings)

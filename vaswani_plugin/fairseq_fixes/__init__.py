@@ -5,9 +5,44 @@ docstring, what fairseq does alone and why the plugin changes it; each has its t
 - `keep_last_batch`: the last batch smaller than `--required-batch-size-multiple` is kept, not
   silently dropped, so every input sentence gets exactly one output;
 - `bf16_cpu`: `--bf16` trains without torch_xla, which fairseq assumes it implies;
+- `fp16_cpu`: `--fp16` and `--memory-efficient-fp16` train without CUDA;
+- `full_help`: `--help` lists the options of the chosen model, task, criterion, optimizer, scheduler;
 - `atomic_checkpoints`: the copy to `checkpoint_last.pt` is written atomically, so a kill mid-save
   leaves a loadable file;
 - `checkpoint_errors`: an unusable checkpoint ends the tool with one line naming the file;
 - `too_long_inputs`: a sentence over the length limits gives fairseq's message without a traceback.
+
+They are written against fairseq 0.12 (0.12.2, and the fairseq-fixed 0.12.3 builds of the same
+code): with another fairseq installed, importing them says so once, in one log line.
 """
-from . import atomic_checkpoints, bf16_cpu, checkpoint_errors, keep_last_batch, too_long_inputs  # noqa: F401
+import logging
+from typing import Optional
+
+import fairseq
+
+logger = logging.getLogger(__name__)
+WRITTEN_FOR = "0.12"
+
+
+def version_mismatch(version: str) -> Optional[str]:
+    """The warning for an installed fairseq `version` other than the one the fixes were written for."""
+    if version.split(".")[:2] == WRITTEN_FOR.split("."):
+        return None
+    return (f"vaswani_plugin's fixes to fairseq (vaswani_plugin/fairseq_fixes/) were written for fairseq "
+            f"{WRITTEN_FOR}.x, but fairseq {version} is installed: each replaces a fairseq function and may no "
+            f"longer fit it")
+
+
+_mismatch = version_mismatch(str(getattr(fairseq, "__version__", "unknown")))
+if _mismatch:
+    logger.warning(_mismatch)
+
+from . import (  # noqa: E402,F401
+    atomic_checkpoints,
+    bf16_cpu,
+    checkpoint_errors,
+    fp16_cpu,
+    full_help,
+    keep_last_batch,
+    too_long_inputs,
+)

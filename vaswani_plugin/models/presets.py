@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from fairseq.models import register_model_architecture
 
+from .fairseq_options import translate_command_line
 from .vaswani_transformer import VaswaniTransformerConfig
 
 
@@ -46,6 +47,7 @@ def preset_values(preset: Preset) -> dict:
 def _apply_preset(args, values: dict) -> None:
     """Set the preset's values, then the config defaults, wherever the argparse namespace `args` has
     none yet. The one place a preset meets the command line."""
+    translate_command_line(args)  # fairseq's transformer option names set our fields first
     for name, value in values.items():
         if getattr(args, name, None) is None:
             setattr(args, name, value)

@@ -27,6 +27,7 @@ from typing import Dict, Optional
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import (
+    ARCH_CONFIG_REGISTRY,
     FairseqEncoder,
     FairseqEncoderDecoderModel,
     FairseqIncrementalDecoder,
@@ -38,6 +39,7 @@ from torch import Tensor, nn
 from ..errors import ConfigError
 from ..modules import DecoderLayer, EncoderLayer, PackedWeight, ScaledEmbedding, linear, use_onednn_linears_
 from ..modules.onednn_linear import onednn_available
+from .fairseq_options import add_fairseq_options, translate_command_line
 
 logger = logging.getLogger(__name__)
 
@@ -240,6 +242,7 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
     def add_args(cls, parser):
         # Defaults are left out of the namespace so that the preset (--arch) can fill them in.
         gen_parser_from_dataclass(parser, VaswaniTransformerConfig(), delete_default=True, with_prefix="")
+        add_fairseq_options(parser)  # fairseq's transformer names, translated by the preset
 
     @classmethod
     def build_model(cls, cfg, task):
@@ -256,3 +259,7 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
                     else "F.linear")
         return model
 
+
+# `--arch vaswani_transformer` (no preset) got a no-op from register_model: it translates fairseq's
+# transformer options too, as every preset does before filling its defaults.
+ARCH_CONFIG_REGISTRY["vaswani_transformer"] = translate_command_line

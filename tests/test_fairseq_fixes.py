@@ -1,0 +1,131 @@
+"""`vaswani_plugin.fairseq_fixes`: the fairseq version they were written for, and fairseq's own
+behaviour without each fix, where no other test shows it (keep_last_batch: test_no_sentence_lost;
+atomic_checkpoints: test_resume; fp16_cpu: test_fp16; full_help: test_fairseq_options)."""
+import importlib.util
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import ROOT, run_tool
+from vaswani_plugin import fairseq_fixes
+from vaswani_plugin.errors import ConfigError
+from vaswani_plugin.fairseq_fixes import checkpoint_errors, too_long_inputs
+
+
+@pytest.mark.parametrize("version, fits", [("0.12.2", True), ("0.12.3.1", True), ("0.12.0", True),
+                                           ("0.10.2", False), ("0.13.0", False), ("1.0.0a0", False)])
+def test_other_fairseq_versions_are_named(version, fits):
+    message = fairseq_fixes.version_mismatch(version)
+    assert (message is None) == fits
+    if not fits:
+        assert f"written for fairseq 0.12.x, but fairseq {version} is installed" in message
+
+
+def import_plugin_with_fairseq_version(version):
+    code = f"import fairseq; fairseq.__version__ = {version!r}; import vaswani_plugin"
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"})
+
+
+def test_the_version_is_said_once_on_import_and_only_when_it_differs():
+    other = import_plugin_with_fairseq_version("0.13.0")
+    assert other.returncode == 0, other.stderr[-2000:]
+    assert other.stderr.count("were written for fairseq 0.12.x, but fairseq 0.13.0 is installed") == 1
+    installed = import_plugin_with_fairseq_version(__import__("fairseq").__version__)
+    assert "were written for fairseq" not in installed.stderr
+
+
+# fairseq's own transformer, tiny: what fairseq-train does without the plugin
+FAIRSEQ_TINY = ["--arch", "transformer", "--encoder-layers", 1, "--decoder-layers", 1, "--encoder-embed-dim", 32,
+                "--encoder-ffn-embed-dim", 64, "--encoder-attention-heads", 2, "--decoder-attention-heads", 2,
+                "--optimizer", "adam", "--lr", "1e-3", "--max-update", 1, "--max-tokens", 500, "--cpu",
+                "--disable-validation", "--no-save", "--num-workers", 0]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch_xla") is not None, reason="with torch_xla fairseq's bf16 works")
+def test_bf16_cpu_fairseq_alone_asks_torch_xla_for_a_device(small_trained, tmp_path):
+    alone = run_tool("fairseq-train", small_trained["bin"], *FAIRSEQ_TINY, "--bf16", "--save-dir", tmp_path,
+                     check=False)
+    assert alone.returncode != 0 and "'NoneType' object has no attribute 'xla_device'" in alone.stderr
+    fixed = run_tool("fairseq-train", small_trained["bin"], "--user-dir", "vaswani_plugin", *FAIRSEQ_TINY, "--bf16",
+                     "--save-dir", tmp_path)
+    assert "'tpu': False" in fixed.stdout + fixed.stderr
+
+
+def test_checkpoint_errors_fairseq_alone_raises_from_inside_its_loader(tmp_path):
+    text = tmp_path / "notes.pt"
+    text.write_text("model weights\n")
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, foreign)
+    for path in (text, foreign):
+        with pytest.raises(Exception) as alone:
+            checkpoint_errors._load_checkpoint_to_cpu(str(path))
+        assert not isinstance(alone.value, ConfigError) and str(path) not in str(alone.value)
+        with pytest.raises(ConfigError, match="^" + str(path)):
+            checkpoint_errors.load_checkpoint_to_cpu(str(path))
+    missing = str(tmp_path / "missing.pt")
+    with pytest.raises(OSError, match="Model file not found"):
+        checkpoint_errors._load_model_ensemble_and_task([missing])
+    with pytest.raises(ConfigError, match="missing.pt: no such checkpoint file"):
+        checkpoint_errors.load_model_ensemble_and_task([missing])
+
+
+class TooLong:
+    """Just what FairseqTask.filter_indices_by_size reads: sample 2 is over the limits."""
+
+    def filter_indices_by_size(self, indices, max_positions):
+        return indices[indices != 2], [2]
+
+    def size(self, index):
+        return (300, 12)
+
+
+def test_too_long_inputs_fairseq_alone_raises_a_bare_exception():
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+    task = TranslationTask(TranslationConfig(), src_dict=None, tgt_dict=None)
+    indices = np.arange(4)
+    with pytest.raises(Exception) as alone:
+        too_long_inputs._fairseq_filter_indices_by_size(task, indices, TooLong(), (256, 256))
+    assert type(alone.value) is Exception and "Size of sample #2 is invalid (=(300, 12))" in str(alone.value)
+    with pytest.raises(ConfigError, match=r"Size of sample #2 is invalid .* \(limits set by --max-source-positions"):
+        task.filter_indices_by_size(indices, TooLong(), (256, 256))
+    assert list(task.filter_indices_by_size(indices, TooLong(), (256, 256), ignore_invalid_inputs=True)) == [0, 1, 3]
+
+
+def test_an_explicit_restore_file_fairseq_alone_trains_from_scratch(small_trained, tmp_path):
+    flags = [small_trained["bin"], *FAIRSEQ_TINY, "--save-dir", tmp_path, "--restore-file", tmp_path / "typo.pt"]
+    alone = run_tool("fairseq-train", *flags)
+    assert "No existing checkpoint found" in alone.stdout + alone.stderr  # and it trained: exit status 0
+    fixed = run_tool("fairseq-train", "--user-dir", "vaswani_plugin", *flags, check=False)
+    assert fixed.returncode == 1 and "Traceback" not in fixed.stderr
+    assert fixed.stderr.strip().splitlines()[-1].endswith(f"{tmp_path / 'typo.pt'}: no such checkpoint file "
+                                                          f"(--restore-file)")
+
+
+
+def test_resuming_another_shape_fairseq_alone_says_only_that_architectures_must_match(small_trained, tmp_path):
+    """fairseq's Trainer.load_checkpoint, on parameters of another shape: an Exception whose message
+    names neither the parameter nor the shapes (torch's detail is only in the exception it replaced,
+    printed as a traceback); the fix's one line names them (test_bad_input runs it through fairseq-train)."""
+    from fairseq import tasks
+    from fairseq.trainer import Trainer
+
+    from conftest import TINY_TRANSLATION_MODEL
+    from helpers import cli_config
+
+    cfg = cli_config("vaswani_transformer", *TINY_TRANSLATION_MODEL[2:], "--d-model", "64", "--optimizer", "adam",
+                     "--lr", "0.001", "--cpu", "--save-dir", str(tmp_path))
+    cfg.task.data = str(small_trained["bin"])
+    task = tasks.setup_task(cfg.task)
+    trainer = Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
+    with pytest.raises(Exception) as alone:
+        checkpoint_errors._trainer_load_checkpoint(trainer, str(small_trained["ckpt"]))
+    assert not isinstance(alone.value, ConfigError)
+    assert str(alone.value).endswith("please ensure that the architectures match.")
+    assert "size mismatch" not in str(alone.value) and "size mismatch" in str(alone.value.__context__)
+    with pytest.raises(ConfigError, match="parameters do not fit --arch vaswani_transformer .*size mismatch for "):
+        trainer.load_checkpoint(str(small_trained["ckpt"]))
