@@ -30,15 +30,16 @@ def read_eval(path: str) -> dict:
     return {"loss": float(valid[1]), "nll": float(valid[2]), "bleu": float(bleu[2]), "sentences": int(bleu[1])}
 
 
-def train_loss(log: str, update: int):
-    """The json `train_inner` loss logged at `update` (None when that update was not logged)."""
-    with open(log, encoding="utf-8") as handle:
-        for line in handle:
-            if "| train_inner |" in line:
-                entry = json.loads(line[line.index("{"):])
-                if int(entry["num_updates"]) == update:
-                    return float(entry["loss"])
-    return None
+def train_losses(log: str) -> dict:
+    """{num_updates: loss} of the json `train_inner` lines of a training log ({} when it is missing)."""
+    losses = {}
+    if os.path.exists(log):
+        with open(log, encoding="utf-8") as handle:
+            for line in handle:
+                if "| train_inner |" in line:
+                    entry = json.loads(line[line.index("{"):])
+                    losses[int(entry["num_updates"])] = float(entry["loss"])
+    return losses
 
 
 def collect(runs: str) -> dict:
@@ -46,11 +47,11 @@ def collect(runs: str) -> dict:
     found = {}
     for run in sorted(glob.glob(os.path.join(runs, "*-s*"))):
         model, seed = os.path.basename(run).rsplit("-s", 1)
-        log = os.path.join(run, f"{model}-s{seed}.log")
+        losses = train_losses(os.path.join(run, f"{model}-s{seed}.log"))  # read once per run
         for path in glob.glob(os.path.join(run, "eval-*.txt")):
             updates = int(os.path.basename(path)[5:-4])
             result = read_eval(path)
-            result["train_loss"] = train_loss(log, updates - 10) if os.path.exists(log) else None
+            result["train_loss"] = losses.get(updates - 10)
             found.setdefault((model, int(seed)), {})[updates] = result
     return found
 

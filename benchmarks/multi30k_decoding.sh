@@ -10,24 +10,22 @@
 # append their tables to benchmarks/RESULTS.md. The corpus is read in place, never copied into the
 # repository; without it the script stops with a message.
 #
-# Environment: MULTI30K (the corpus directory), WORK_DIR (default: multi30k-work/ at the repository
-# root), TRAIN_MINUTES (12), THREADS for training (all cores), BENCH_THREADS for decoding (1),
-# VOCAB (8000), REPEATS (3). The data-bin is benchmarks/multi30k_prepare.sh's.
+# Environment: WORK_DIR (default: multi30k-work/ at the repository root), TRAIN_MINUTES (12),
+# THREADS for training (all cores), BENCH_THREADS for decoding (1), REPEATS (3); MULTI30K and VOCAB
+# as benchmarks/multi30k_prepare.sh (which makes the data-bin) takes them.
 set -euo pipefail
 RECIPE=multi30k_decoding.sh
 # shellcheck source=recipes/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../recipes/lib/common.sh"
-MULTI30K="${MULTI30K:-$ROOT/../shared/data/multi30k}"
 WORK_DIR="${WORK_DIR:-$ROOT/multi30k-work}"
 TRAIN_MINUTES="${TRAIN_MINUTES:-12}"
 THREADS="${THREADS:-$(nproc)}"
 BENCH_THREADS="${BENCH_THREADS:-1}"
-VOCAB="${VOCAB:-8000}"
 REPEATS="${REPEATS:-3}"
 
 require_tool python fairseq-train
 cd "$ROOT"  # --user-dir vaswani_plugin names this checkout's package
-export MULTI30K WORK_DIR VOCAB THREADS
+export WORK_DIR THREADS  # MULTI30K and VOCAB reach multi30k_prepare.sh, which has their defaults
 bash "$ROOT/benchmarks/multi30k_prepare.sh"
 
 note "fairseq-train vaswani_transformer_tiny for $TRAIN_MINUTES minutes"

@@ -50,7 +50,8 @@ COMMON=(--share-all-embeddings --dropout 0.1 --label-smoothing 0.1 --optimizer a
   --adam-betas '(0.9, 0.98)' --adam-eps 1e-9 --lr 1e-3 --warmup-updates 1000 --max-tokens 4096
   --user-dir vaswani_plugin --log-format json --log-interval 10 --no-epoch-checkpoints)
 
-# train MODEL SEED UPDATES: one run in $RUNS/MODEL-sSEED (skipped when its last checkpoint exists).
+# train MODEL SEED UPDATES: one run in $RUNS/MODEL-sSEED (skipped once done; an interrupted run
+# resumes from its checkpoint_last.pt, as fairseq-train does, and its log grows, keeping the curve).
 train() {
   local model=$1 seed=$2 updates=$3 dir="$RUNS/$1-s$2" shape
   if [[ $model == fairseq ]]; then shape=("${SHAPE_FAIRSEQ[@]}"); else shape=("${SHAPE_OURS[@]}"); fi
@@ -58,7 +59,7 @@ train() {
   mkdir -p "$dir"
   OMP_NUM_THREADS=1 fairseq-train "$WORK_DIR/data-bin" "${shape[@]}" "${COMMON[@]}" --seed "$seed" \
     --max-update "$updates" --save-interval-updates "$SHORT" --keep-interval-updates -1 \
-    --save-dir "$dir" > "$dir/$model-s$seed.log" 2>&1 ||
+    --save-dir "$dir" >> "$dir/$model-s$seed.log" 2>&1 ||
     die "training $model seed $seed failed; see $dir/$model-s$seed.log"
   touch "$dir/done-$updates"
 }
