@@ -1,7 +1,7 @@
 """vaswani-plugin: the Transformer of "Attention Is All You Need" as a fairseq extension.
 
 Importing this package (fairseq does it for `--user-dir`) registers, explicitly:
-- model `vaswani_transformer` and its presets (`models/`),
+- model `vaswani_transformer` and its presets, and the parser `vaswani_pointer_parser` (`models/`),
 - criterion `label_smoothed_xent` (`criterions/`),
 - lr scheduler `inverse_sqrt_warmup` (`optim/`),
 - task `constituency_parsing` (`tasks/`, §6.3),
@@ -14,7 +14,7 @@ import os
 
 from . import checkpoint_safety, fairseq_fixes  # noqa: F401
 from .criterions import label_smoothed_xent  # noqa: F401
-from .models import presets, vaswani_transformer  # noqa: F401
+from .models import pointer_parser, presets, vaswani_transformer  # noqa: F401
 from .optim import inverse_sqrt_warmup  # noqa: F401
 from .tasks import constituency_parsing  # noqa: F401
 

@@ -59,7 +59,8 @@ def _apply_preset(args, values: dict) -> None:
             setattr(args, f.name, default)
 
 
-def _architecture(name: str, preset: Preset):
+def preset_architecture(name: str, preset: Preset):
+    """The function fairseq calls for `--arch name`: the preset under the command line."""
     values = preset_values(preset)
 
     def apply(args):
@@ -73,4 +74,4 @@ def _architecture(name: str, preset: Preset):
 
 
 for _name, _preset in PRESETS.items():
-    register_model_architecture("vaswani_transformer", _name)(_architecture(_name, _preset))
+    register_model_architecture("vaswani_transformer", _name)(preset_architecture(_name, _preset))

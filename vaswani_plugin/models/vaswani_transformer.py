@@ -193,7 +193,7 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
 
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None, alignment_layer=None,
                          **unused):
-        x = self.embedding(prev_output_tokens, last_step_only=incremental_state is not None)  # [B, T, d]
+        x = self.decoder_input(prev_output_tokens, encoder_out, incremental_state)  # [B, T, d]
         memory = encoder_out["memory"]
         memory_padding_mask = encoder_out.get("memory_padding_mask")
         memory_rows = encoder_out.get("memory_rows")  # beam search's reorders, see reorder_encoder_out
@@ -209,6 +209,11 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x, attn
+
+    def decoder_input(self, prev_output_tokens: Tensor, encoder_out: Dict[str, Tensor],
+                      incremental_state: Optional[Dict] = None) -> Tensor:
+        """The embedded previous outputs (§3.4, §3.5): [B, T, d], T = 1 while decoding incrementally."""
+        return self.embedding(prev_output_tokens, last_step_only=incremental_state is not None)
 
     def output_layer(self, features: Tensor) -> Tensor:
         """Pre-softmax linear transformation, sharing the target embedding's weights (§3.4). While
@@ -249,15 +254,20 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
         _check_config(cfg, task)
         src_embed = _embedding(task.source_dictionary, cfg.d_model)
         tgt_embed = src_embed if cfg.share_all_embeddings else _embedding(task.target_dictionary, cfg.d_model)
-        encoder = VaswaniEncoder(cfg, task.source_dictionary, src_embed)
-        decoder = VaswaniDecoder(cfg, task.target_dictionary, tgt_embed)
-        model = cls(encoder, decoder)
+        model = cls(*cls.build_encoder_decoder(cfg, task, src_embed, tgt_embed))
         # The linear-layer backend (speed only): fp32 GEMMs on CPU through oneDNN, ~2x MKL's here, and
         # F.linear for other dtypes and devices or where oneDNN's ops are missing (modules.onednn_linear)
         use_onednn_linears_(model)
         logger.info("linear layers: %s", "oneDNN for fp32 on CPU, F.linear otherwise" if onednn_available()
                     else "F.linear")
         return model
+
+
+    @classmethod
+    def build_encoder_decoder(cls, cfg, task, src_embed: nn.Embedding, tgt_embed: nn.Embedding):
+        """The two stacks (a model that changes either overrides this)."""
+        return (VaswaniEncoder(cfg, task.source_dictionary, src_embed),
+                VaswaniDecoder(cfg, task.target_dictionary, tgt_embed))
 
 
 # `--arch vaswani_transformer` (no preset) got a no-op from register_model: it translates fairseq's

@@ -40,7 +40,7 @@ from ..errors import ConfigError
 from ..parsing.prepare import load_config
 from ..parsing.schemes import get_scheme
 from ..parsing.trees import Tree
-from .parse_constraints import word_start_mask
+from .parse_constraints import TargetSymbols, word_start_mask
 from .parse_data import ParseDataMixin
 from .parse_generation import ParseGenerationMixin, SplitCollector
 from .parse_interactive import ParseInteractiveMixin
@@ -90,6 +90,7 @@ class ConstituencyParsingTask(ParseDataMixin, ParseGenerationMixin, ParseInterac
         self.word_start = word_start_mask(src_dict)
         self.reverse_source = bool(prepared.get("reverse_source", False))
         self.scheme = get_scheme(prepared["scheme"])
+        self._target_symbols: Optional[TargetSymbols] = None
         self._gold: Dict[str, List[Tree]] = {}
         self.batched_ids: Dict[str, Set[int]] = {}  # split -> ids of the sentences its batches hold
         self._collectors: Dict[str, SplitCollector] = {}
@@ -114,6 +115,13 @@ class ConstituencyParsingTask(ParseDataMixin, ParseGenerationMixin, ParseInterac
             except ValueError as error:
                 raise ConfigError(f"--eval-f1-args must be a JSON object: {error}") from None
         return cls(cfg, src_dict, tgt_dict, prepared)
+
+    @property
+    def target_symbols(self) -> TargetSymbols:
+        """The target dictionary's symbols sorted by the scheme (brackets, pre-terminals), built once."""
+        if self._target_symbols is None:
+            self._target_symbols = TargetSymbols(self.tgt_dict, self.scheme)
+        return self._target_symbols
 
     @property
     def data_dir(self) -> str:

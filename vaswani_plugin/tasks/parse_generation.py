@@ -18,7 +18,6 @@ from ..errors import ConfigError
 from ..parsing.evalb import COLLINS, evalb_score, format_report
 from ..parsing.linearize import Repairs, delinearize
 from ..parsing.trees import TOP_LABEL, Tree
-from .parse_constraints import TargetSymbols
 from .parse_search import ParseConstrainedBeamSearch, ParseSequenceGenerator
 
 logger = logging.getLogger(__name__)
@@ -132,7 +131,7 @@ class ParseGenerationMixin:
             if used:
                 raise ConfigError(f"--constrained-decoding is a beam search of its own; it cannot be combined "
                                   f"with {flag}")
-        search = ParseConstrainedBeamSearch(self.tgt_dict, TargetSymbols(self.tgt_dict, self.scheme))
+        search = ParseConstrainedBeamSearch(self.tgt_dict, self.target_symbols)
 
         def make(models_, tgt_dict, search_strategy=None, **kwargs):
             return ParseSequenceGenerator(models_, tgt_dict, word_start=self.word_start, search_strategy=search,
