@@ -18,7 +18,8 @@
 # The treebank is read in place and never copied into the repository. Settings through the
 # environment: PTB (the sample's directory), WORK_DIR (default: ptb-parsing-work/ at the repository
 # root), THREADS (2), TRAIN_HOURS (0.33), TEST_FILES, MAX_TOKENS, LR, WARMUP, VOCAB, BEAM, and the
-# model's LAYERS (per stack), D_MODEL, D_FF, HEADS, DROPOUT.
+# model's ARCH (vaswani_pointer_parser; vaswani_transformer is §6.3's decoder without the word pointer),
+# LAYERS (per stack), D_MODEL, D_FF, HEADS, DROPOUT.
 set -euo pipefail
 RECIPE=ptb_sample_parsing
 # shellcheck source=recipes/lib/common.sh
@@ -32,6 +33,7 @@ LR="${LR:-2e-3}"
 WARMUP="${WARMUP:-400}"
 VOCAB="${VOCAB:-4000}"
 BEAM="${BEAM:-21}"
+ARCH="${ARCH:-vaswani_pointer_parser}"
 LAYERS="${LAYERS:-2}"
 D_MODEL="${D_MODEL:-128}"
 D_FF="${D_FF:-512}"
@@ -39,7 +41,7 @@ HEADS="${HEADS:-4}"
 DROPOUT="${DROPOUT:-0.3}"
 TEST_FILES="${TEST_FILES:-}"
 read -r -a test_files <<< "$TEST_FILES"
-MODEL=(--arch vaswani_transformer --encoder-layers "$LAYERS" --decoder-layers "$LAYERS" --d-model "$D_MODEL"
+MODEL=(--arch "$ARCH" --encoder-layers "$LAYERS" --decoder-layers "$LAYERS" --d-model "$D_MODEL"
        --d-ff "$D_FF" --attention-heads "$HEADS" --dropout "$DROPOUT")
 
 require_tool python fairseq-train fairseq-generate

@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPES = os.path.join(ROOT, "recipes")
 # The settings an environment could leak into a recipe.
 RECIPE_VARS = ("DRY_RUN", "SMOKE", "NGPU", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "MODEL",
-               "MAX_TOKENS", "UPDATE_FREQ", "MAX_UPDATE", "WORK_DIR", "PTB_WSJ_DIR", "CHECKPOINTS", "USER_DIR")
+               "MAX_TOKENS", "UPDATE_FREQ", "MAX_UPDATE", "WORK_DIR", "PTB_WSJ_DIR", "CHECKPOINTS", "USER_DIR", "CONFIG")
 
 
 def recipe(script, check=True, **env):
@@ -178,6 +178,18 @@ def test_parsing_recipe_carries_the_papers_settings(tmp_path):
         assert flag(generate, name) == value, name
     score = command(commands, "vaswani-parse-score")
     assert flag(score, "--pred") == flag(generate, "--trees-output")
+    assert "--constrained-decoding" not in train + generate  # §6.3 decodes without constraints
+
+
+def test_parsing_recipe_offers_the_recommended_configuration_by_name(tmp_path):
+    train = command(dry_run("wsj_parsing/train.sh", NGPU=8, CONFIG="ours"), "fairseq-train")
+    generate = command(dry_run("wsj_parsing/generate.sh", CONFIG="ours"), "fairseq-generate")
+    assert flag(train, "--arch") == "vaswani_pointer_parser" and "--constrained-decoding" in train
+    assert "--constrained-decoding" in generate and flag(generate, "--beam") == "21"
+    paper = command(dry_run("wsj_parsing/train.sh", NGPU=8), "fairseq-train")
+    assert flag(train, "--save-dir") == flag(paper, "--save-dir") + "-ours"  # the two never share checkpoints
+    proc = recipe("wsj_parsing/train.sh", check=False, CONFIG="best", WORK_DIR=tmp_path)
+    assert proc.returncode == 1 and "wsj_parsing/train.sh: error: CONFIG must be paper or ours, got 'best'" in proc.stderr
 
 
 # ----------------------------------------------------------------------------- clear messages
@@ -249,10 +261,13 @@ def test_wmt_recipe_runs_end_to_end_on_the_cpu(tmp_path, pair, tgt):
     assert len(hypotheses) == 29  # not a multiple of 8: no sentence dropped
 
 
-def test_parsing_recipe_runs_end_to_end_on_the_cpu(tmp_path):
+@pytest.mark.parametrize("config", ["paper", "ours"])
+def test_parsing_recipe_runs_end_to_end_on_the_cpu(tmp_path, config):
     for step in ("prepare", "train", "generate"):
-        proc = recipe(f"wsj_parsing/{step}.sh", SMOKE=1, WORK_DIR=tmp_path)
+        proc = recipe(f"wsj_parsing/{step}.sh", SMOKE=1, WORK_DIR=tmp_path, CONFIG=config)
         if step == "train":
             assert "'fp16': True" in proc.stderr + proc.stdout
+            model = {"paper": "vaswani_transformer_parse", "ours": "vaswani_pointer_parser"}[config]
+            assert f"'model': {{'_name': '{model}'," in proc.stderr + proc.stdout
     assert re.search(r"^Bracketing FMeasure\s+=\s+\d+\.\d\d$", proc.stdout, re.MULTILINE)
     assert len((tmp_path / "test.trees").read_text(encoding="utf-8").splitlines()) == 13
