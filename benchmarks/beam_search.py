@@ -4,11 +4,14 @@
         [--batch-size 64] [--threads 1] [--repeats 3] [--device cpu|cuda] [--profile]
 
 Our checkpoint is exported with `vaswani-convert --to-fairseq`, so both models compute the same
-function. Both decode the same batches (sorted by length as fairseq-generate does, last batch kept)
-through fairseq's own `SequenceGenerator` (task.build_generator + task.inference_step, beam 4,
-lenpen 0.6 by default), interleaved (ours, fairseq, fairseq, ours, ...) and timed per pass over the
-whole split; the table gives medians. Speed only counts when the best hypotheses are identical: the
-ratio is printed as "n/a" otherwise. BLEU (sacrebleu, sentencepiece removed) is against the split's
+function. They decode the same batches (sorted by length as fairseq-generate does, last batch kept)
+through the generator fairseq-generate would build (task.build_generator + task.inference_step,
+beam 4, lenpen 0.6 by default): for ours the plugin's lean beam search (issue 15), for fairseq's
+model fairseq's `SequenceGenerator`; a third row decodes ours through fairseq's `SequenceGenerator`
+too (`--fairseq-beam-search`), which shows what the lean search buys. Systems are interleaved (the
+order reversed every pass) and timed per pass over the whole split; the table gives medians. Speed
+only counts when the best hypotheses are identical to fairseq's: the ratio is printed as "n/a"
+otherwise. BLEU (sacrebleu, sentencepiece removed) is against the split's
 references. `--bf16` adds rows for both models cast to bfloat16 (`model.to(torch.bfloat16)`; scores
 and log-probabilities stay float32 in fairseq's generator). `--profile` prints where our decoding
 time goes (torch.profiler, one more pass) and adds its costliest operators to the entry. The table
@@ -26,6 +29,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import append_results, markdown_table
+
+
+OURS_FAIRSEQ_SEARCH = "vaswani_transformer, fairseq's SequenceGenerator"
 
 
 def load_pair(checkpoint, data, workdir):
@@ -168,6 +174,8 @@ def run(args):
     batches = make_batches(task, args.split, args.batch_size, args.max_sentences)
     gen_cfg = GenerationConfig(beam=args.beam, lenpen=args.lenpen, max_len_b=args.max_len_b)
     variants = [("fp32", torch.float32)] + ([("bf16", torch.bfloat16)] if args.bf16 else [])
+    fairseq_search = copy.deepcopy(gen_cfg)
+    fairseq_search.fairseq_beam_search = True  # the plugin's generation option (fairseq_fixes/lean_beam_search.py)
     rows, results, profile_text = [], [], None
     for precision, dtype in variants:
         models = {}
@@ -175,6 +183,8 @@ def run(args):
             m = copy.deepcopy(model).to(device=args.device, dtype=dtype)
             m.prepare_for_inference_(argparse.Namespace(generation=gen_cfg))
             models[name] = (m, task.build_generator([m], gen_cfg))
+        our_model = models["vaswani_transformer"][0]
+        models[OURS_FAIRSEQ_SEARCH] = (our_model, task.build_generator([our_model], fairseq_search))
         times = {name: [] for name in models}
         out = {}
         with torch.inference_mode():
@@ -190,23 +200,24 @@ def run(args):
                 profile_text = profile_ours(task, m, g, batches, args.device)
                 print(f"\nWhere our {precision} beam search spends its time (torch.profiler, self time):")
                 print(profile_text)
-        same, total = same_hypotheses(out["vaswani_transformer"][0], out["fairseq transformer"][0])
-        for name in models:
+        reference = "fairseq transformer"
+        measured = {}
+        for name in (*(n for n in models if n != reference), reference):  # fairseq's model last
             hyps, _, tokens = out[name]
+            same, total = same_hypotheses(hyps, out[reference][0])
             wall, cpu = median([t[0] for t in times[name]]), median([t[1] for t in times[name]])
-            results.append({"model": name, "precision": precision, "sent_per_s": total / wall,
-                            "tok_per_s": tokens / wall, "cpu_sent_per_s": total / cpu,
-                            "bleu": bleu(task, hyps, batches), "identical": same == total})
-        ours_r, theirs_r = results[-2:]
-        ratios = [ours_r[key] / theirs_r[key] for key in ("sent_per_s", "cpu_sent_per_s")]
-        ratio_text = ([f"**{r:.2f}x**" for r in ratios] if same == total
-                      else [f"n/a ({total - same} hypotheses differ)"] * 2)
-        for r in (ours_r, theirs_r):
-            mine = r is ours_r
+            measured[name] = {"model": name, "precision": precision, "sent_per_s": total / wall,
+                              "tok_per_s": tokens / wall, "cpu_sent_per_s": total / cpu,
+                              "bleu": bleu(task, hyps, batches), "identical": same == total, "same": same, "total": total}
+        results.extend(measured.values())
+        for r in measured.values():
+            ratios = [r[key] / measured[reference][key] for key in ("sent_per_s", "cpu_sent_per_s")]
+            bold = "**" if r["model"] == "vaswani_transformer" else ""
+            ratio_text = ([f"{bold}{x:.2f}x{bold}" for x in ratios] if r["identical"]
+                          else [f"n/a ({r['total'] - r['same']} hypotheses differ)"] * 2)
             rows.append([args.label or f"{os.path.basename(os.path.normpath(args.data))}:{args.split}",
-                         r["model"], precision, total, f"{r['sent_per_s']:.1f}", f"{r['tok_per_s']:.0f}",
-                         f"{r['cpu_sent_per_s']:.1f}", f"{r['bleu']:.2f}", f"{same}/{total}",
-                         ratio_text[0] if mine else "1.00x", ratio_text[1] if mine else "1.00x"])
+                         r["model"], precision, r["total"], f"{r['sent_per_s']:.1f}", f"{r['tok_per_s']:.0f}",
+                         f"{r['cpu_sent_per_s']:.1f}", f"{r['bleu']:.2f}", f"{r['same']}/{r['total']}", *ratio_text])
     header = ["test set", "model", "precision", "sentences", "sentences/s", "target tokens/s",
               "sentences per CPU-second", "BLEU", "identical best hypotheses", "speed vs fairseq (wall)",
               "speed vs fairseq (CPU time)"]

@@ -1,14 +1,18 @@
 """Test helpers: build models the way fairseq-train does (argparse flags -> preset -> omegaconf ->
-build_model), run the command-line tools, write small parallel corpora."""
+build_model), a model whose hypotheses end at different steps beside fairseq's transformer on its weights,
+run the command-line tools, write small parallel corpora."""
 import os
 import subprocess
 import sys
 
+import torch
+from conftest import FakeTask
 from fairseq import options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.models import build_model
 
 import vaswani_plugin
+from vaswani_plugin import convert
 
 
 def cli_config(arch, *flags, task="translation"):
@@ -88,3 +92,20 @@ def train_inner_values(proc, key):
             entry = json.loads(line[line.index("{"):])
             out[int(entry["num_updates"])] = float(entry[key])
     return out
+
+
+def same_weight_pair(dictionary, flags, eos_bias):
+    """Our randomly initialised model, its end-of-sentence logit raised by about `eos_bias` (so that
+    hypotheses end at different steps), and fairseq's transformer holding its exported weights."""
+    task = FakeTask(dictionary)
+    cfg = cli_config("vaswani_transformer", *flags)
+    ours = build_model(cfg.model, task).eval()
+    with torch.no_grad():  # the last LayerNorm's bias reaches every output; align the eos row with it
+        bias = ours.decoder.layers[-1].ffn_block.norm.bias
+        bias.normal_()
+        ours.decoder.embedding.embed_tokens.weight[dictionary.eos()] += eos_bias * bias / bias.norm() ** 2
+    exported = convert.vaswani_to_fairseq({"cfg": {"model": cfg.model, "task": {"_name": "translation"}},
+                                           "model": ours.state_dict()})
+    theirs = build_model(exported["cfg"]["model"], task)
+    theirs.load_state_dict(exported["model"])
+    return ours, theirs.eval()

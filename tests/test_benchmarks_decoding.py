@@ -36,9 +36,10 @@ def test_beam_search_table_and_results_entry(tiny, tmp_path, monkeypatch, capsys
     out = capsys.readouterr().out
     assert "Where our fp32 beam search spends its time" in out and "aten::" in out
     rows = [line for line in out.splitlines() if line.startswith("| ") and "test" in line and "model" not in line]
-    assert len(rows) == 4  # fp32 and bf16, both models
-    fp32_ours = rows[0].split(" | ")
-    assert fp32_ours[1] == "vaswani_transformer" and fp32_ours[8] == "6/6" and fp32_ours[9].startswith("**")
+    assert len(rows) == 6  # fp32 and bf16: ours (lean search), ours through fairseq's generator, fairseq's
+    fp32 = [row.split(" | ") for row in rows[:3]]
+    assert [r[1] for r in fp32] == ["vaswani_transformer", beam_search.OURS_FAIRSEQ_SEARCH, "fairseq transformer"]
+    assert all(r[8] == "6/6" for r in fp32) and fp32[0][9].startswith("**") and fp32[2][9] == "1.00x"
     entry = results.read_text()
     assert "Where our fp32 decoding time goes" in entry and "aten::" in entry
     assert "## Beam search" in entry and f"torch {torch.__version__}" in entry and "- commit: `" in entry

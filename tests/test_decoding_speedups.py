@@ -8,12 +8,10 @@ or against fairseq's own transformer on the same weights:
 - linear layers on CPU run through oneDNN (training and packed inference) with F.linear's results.
 """
 import torch
-from conftest import FakeTask, make_dictionary
-from fairseq.models import build_model
+from conftest import make_dictionary
 from fairseq.sequence_generator import SequenceGenerator
-from helpers import cli_config
+from helpers import same_weight_pair
 
-from vaswani_plugin import convert
 from vaswani_plugin.modules import (
     FusedEncoderDecoderAttention,
     FusedSelfAttention,
@@ -83,28 +81,11 @@ def test_encoder_decoder_attention_on_shared_memory_rows_equals_per_row_copies()
             torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
 
 
-def _same_weight_pair(dictionary, flags, eos_bias):
-    """Our randomly initialised model, its end-of-sentence logit raised by about `eos_bias` (so that
-    hypotheses end at different steps), and fairseq's transformer holding its exported weights."""
-    task = FakeTask(dictionary)
-    cfg = cli_config("vaswani_transformer", *flags)
-    ours = build_model(cfg.model, task).eval()
-    with torch.no_grad():  # the last LayerNorm's bias reaches every output; align the eos row with it
-        bias = ours.decoder.layers[-1].ffn_block.norm.bias
-        bias.normal_()
-        ours.decoder.embedding.embed_tokens.weight[dictionary.eos()] += eos_bias * bias / bias.norm() ** 2
-    exported = convert.vaswani_to_fairseq({"cfg": {"model": cfg.model, "task": {"_name": "translation"}},
-                                           "model": ours.state_dict()})
-    theirs = build_model(exported["cfg"]["model"], task)
-    theirs.load_state_dict(exported["model"])
-    return ours, theirs.eval()
-
-
 def test_beam_search_hypotheses_identical_to_fairseq_while_sentences_finish_at_different_steps():
     d = make_dictionary(40)
     flags = ["--encoder-layers", "2", "--decoder-layers", "2", "--d-model", "32", "--d-ff", "64",
              "--attention-heads", "4", "--share-all-embeddings"]
-    ours, theirs = _same_weight_pair(d, flags, eos_bias=2.0)
+    ours, theirs = same_weight_pair(d, flags, eos_bias=2.0)
     g = torch.Generator().manual_seed(3)
     lengths = [9, 3, 7, 5, 8, 4, 6, 2, 9, 5]
     src = torch.full((len(lengths), max(lengths)), d.pad())

@@ -170,6 +170,24 @@ def test_constrained_decoding_on_a_random_model(tmp_path, scheme):
                 assert sum(get_scheme(scheme).classify(t).kind == PRETERMINAL for t in tokens) == len(words)
 
 
+def test_constrained_decoding_keeps_its_generator_and_plain_decoding_gets_the_lean_one(tmp_path):
+    """The task's constrained search is its own generator class: fairseq's loop, never the lean beam
+    search (issue 15); without --constrained-decoding the lean one decodes as fairseq's would."""
+    from vaswani_plugin.models.beam_search import VaswaniBeamSearch
+
+    task, model, sample, _ = _random_model_task(tmp_path, "vinyals")
+    assert type(task.build_generator([model], Namespace(beam=3))) is ParseSequenceGenerator
+    task.cfg.constrained_decoding = False
+    options = dict(beam=3, lenpen=0.6, max_len_a=1, max_len_b=10)
+    lean = task.build_generator([model], Namespace(**options))
+    reference = task.build_generator([model], Namespace(**options, fairseq_beam_search=True))
+    assert type(lean) is VaswaniBeamSearch and type(reference) is not VaswaniBeamSearch
+    with torch.no_grad():
+        for mine, theirs in zip(lean.generate([model], sample), reference.generate([model], sample)):
+            assert [h["tokens"].tolist() for h in mine] == [h["tokens"].tolist() for h in theirs]
+            assert [float(h["score"]) for h in mine] == pytest.approx([float(h["score"]) for h in theirs], abs=1e-5)
+
+
 class _StateCheckingSearch(ParseConstrainedBeamSearch):
     """Before every step, compares the carried state of each live hypothesis with the state recomputed
     from its whole prefix by a plain-Python walk (the reference), and records the beam reorders."""

@@ -10,7 +10,9 @@ docstring, what fairseq does alone and why the plugin changes it; each has its t
 - `atomic_checkpoints`: the copy to `checkpoint_last.pt` is written atomically, so a kill mid-save
   leaves a loadable file;
 - `checkpoint_errors`: an unusable checkpoint ends the tool with one line naming the file;
-- `too_long_inputs`: a sentence over the length limits gives fairseq's message without a traceback.
+- `too_long_inputs`: a sentence over the length limits gives fairseq's message without a traceback;
+- `lean_beam_search`: the task's generator for one vaswani_transformer is the plugin's lean beam
+  search (`models.beam_search`), fairseq's SequenceGenerator otherwise or with `--fairseq-beam-search`.
 
 They are written against fairseq 0.12 (0.12.2, and the fairseq-fixed 0.12.3 builds of the same
 code): with another fairseq installed, importing them says so once, in one log line.
@@ -44,5 +46,6 @@ from . import (  # noqa: E402,F401
     fp16_cpu,
     full_help,
     keep_last_batch,
+    lean_beam_search,
     too_long_inputs,
 )

@@ -13,6 +13,8 @@ moves every row every step, so each cache here makes that move cheap:
   are fairseq's layout (each sentence's g hypotheses consecutive) the g queries of a sentence attend
   to its K/V together, with no gather at all. The encoder's `reorder_encoder_out` composes the
   reorders into "memory_rows", which the decoder hands to every layer: those are the first `rows`.
+  A search that keeps that layout itself (`models.beam_search`) skips the reorders and tells the
+  cache which sentences remain (`keep_sentences`).
 """
 import itertools
 from typing import Dict, Optional, Tuple
@@ -107,6 +109,17 @@ class MemoryCache:
                 self.k, self.v = self.k.index_select(0, used), self.v.index_select(0, used)
                 self.mask = None if self.mask is None else self.mask.index_select(0, used)
         self._set_rows(rows)
+
+    def keep_sentences(self, sentences: Optional[Tensor], group: int) -> None:
+        """A beam search that keeps its rows in fairseq's layout (`models.beam_search`) says so instead
+        of reordering: from now on the K/V of `sentences` only (None: all, as they are), in that
+        order, each read by `group` consecutive rows. No gather and no check per step."""
+        if sentences is not None:
+            self.k, self.v = self.k.index_select(0, sentences), self.v.index_select(0, sentences)
+            self.mask = None if self.mask is None else self.mask.index_select(0, sentences)
+        n = self.k.size(0)
+        self.rows = None if group == 1 else torch.arange(n, device=self.k.device).repeat_interleave(group)
+        self.group = group
 
     def arrange(self, q: Tensor, num_heads: int) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
         """Projected queries q [B, T, d] -> (q, k, v, mask) for the kernel: grouped, q [N, H, g*T, d_k]

@@ -1,0 +1,120 @@
+"""The lean beam search (`vaswani_plugin.models.beam_search`, issue 15) against fairseq's own
+`SequenceGenerator` on the same model: every hypothesis of every sentence (not only the best) with
+the same tokens, in the same order, with scores and positional scores within 1e-5, for ragged
+batches whose sentences finish at different steps and at the length limit, beams 1, 4 and 8, the
+length options fairseq-generate passes (--max-len-a/-b, --min-len, --lenpen, --unnormalized,
+--unkpen) and bfloat16; plus the cache shortcut it relies on, against per-row copies.
+"""
+import pytest
+import torch
+from conftest import make_dictionary
+from fairseq.sequence_generator import SequenceGenerator
+from helpers import same_weight_pair
+
+from vaswani_plugin.errors import ConfigError
+from vaswani_plugin.models.beam_search import VaswaniBeamSearch
+from vaswani_plugin.modules import FusedEncoderDecoderAttention
+
+FLAGS = ["--encoder-layers", "2", "--decoder-layers", "2", "--d-model", "32", "--d-ff", "64", "--attention-heads", "4",
+         "--share-all-embeddings"]
+LENGTHS = [9, 3, 7, 5, 8, 4, 6, 2, 9, 5, 1]  # the last source is EOS alone
+
+
+@pytest.fixture(scope="module")
+def model_and_batch():
+    torch.manual_seed(0)
+    d = make_dictionary(40)
+    ours, _ = same_weight_pair(d, FLAGS, eos_bias=2.0)
+    g = torch.Generator().manual_seed(3)
+    src = torch.full((len(LENGTHS), max(LENGTHS)), d.pad())
+    for i, n in enumerate(LENGTHS):  # left-padded, as fairseq's translation task batches sources
+        src[i, -n:-1] = torch.randint(d.nspecial, len(d), (n - 1,), generator=g)
+        src[i, -1] = d.eos()
+    return ours, d, {"net_input": {"src_tokens": src, "src_lengths": torch.tensor(LENGTHS)}}
+
+
+def both(model, d, sample, **options):
+    """(ours, fairseq's) hypotheses for the same model, sample and generator arguments."""
+    return tuple(cls([model], d, **options).generate([model], sample) for cls in (VaswaniBeamSearch, SequenceGenerator))
+
+
+def assert_same(ours, reference):
+    assert len(ours) == len(reference)
+    for sent, (mine, theirs) in enumerate(zip(ours, reference)):
+        assert len(mine) == len(theirs), sent
+        for a, b in zip(mine, theirs):
+            assert a.keys() == b.keys()
+            assert torch.equal(a["tokens"], b["tokens"]), (sent, a["tokens"], b["tokens"])
+            assert a["score"].shape == b["score"].shape == ()
+            torch.testing.assert_close(a["score"], b["score"], rtol=0, atol=1e-5)
+            torch.testing.assert_close(a["positional_scores"], b["positional_scores"], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("beam", [1, 4, 8])
+def test_every_hypothesis_equals_fairseqs_while_sentences_finish_at_different_steps_and_at_the_limit(
+        model_and_batch, beam):
+    model, d, sample = model_and_batch
+    max_len = 10
+    ours, reference = both(model, d, sample, beam_size=beam, len_penalty=0.6, max_len_a=0, max_len_b=max_len)
+    assert_same(ours, reference)
+    assert all(len(hyps) == beam for hyps in ours)
+    lengths = {h["tokens"].numel() for hyps in ours for h in hyps}  # greedy (beam 1) ends at once or never
+    assert len(lengths) >= (2 if beam == 1 else 4), f"hypotheses should finish at different steps: {lengths}"
+    assert any(h["tokens"].numel() == max_len + 1 for hyps in ours for h in hyps), "none reached the limit"
+
+
+@pytest.mark.parametrize("options", [
+    {"max_len_a": 0.5, "max_len_b": 3},  # the limit follows the (padded) source length
+    {"min_len": 6, "max_len_b": 12},
+    {"normalize_scores": False},
+    {"unk_penalty": -2.0, "len_penalty": 1.3},  # a negative penalty makes unk likely
+], ids=["max-len-a", "min-len", "unnormalized", "unkpen-lenpen"])
+def test_length_and_score_options_as_fairseq(model_and_batch, options):
+    model, d, sample = model_and_batch
+    ours, reference = both(model, d, sample, **{"beam_size": 4, "max_len_b": 10, **options})
+    assert_same(ours, reference)
+    if "min_len" in options:
+        assert min(h["tokens"].numel() for hyps in ours for h in hyps) >= options["min_len"] + 1
+    if "unk_penalty" in options:
+        assert any(d.unk() in h["tokens"].tolist() for hyps in ours for h in hyps)
+
+
+def test_bfloat16_model_as_fairseq(model_and_batch):
+    model, d, sample = model_and_batch
+    ours, reference = both(model.to(torch.bfloat16), d, sample, beam_size=4, len_penalty=0.6, max_len_b=10)
+    model.float()
+    assert_same(ours, reference)
+
+
+def test_a_min_len_beyond_the_limit_is_one_line(model_and_batch):
+    model, d, sample = model_and_batch
+    with pytest.raises(ConfigError, match=r"--min-len \(12\) is larger than the length limit of this batch \(10"):
+        VaswaniBeamSearch([model], d, beam_size=2, max_len_b=10, min_len=12).generate([model], sample)
+
+
+def test_prefix_tokens_are_handed_to_fairseqs_generator(model_and_batch):
+    model, d, sample = model_and_batch
+    prefix = torch.full((len(LENGTHS), 2), d.nspecial + 3)
+    ours = VaswaniBeamSearch([model], d, beam_size=3, max_len_b=8).generate([model], sample, prefix_tokens=prefix)
+    reference = SequenceGenerator([model], d, beam_size=3, max_len_b=8).generate([model], sample, prefix_tokens=prefix)
+    assert_same(ours, reference)
+    assert all(h["tokens"][:2].tolist() == [d.nspecial + 3] * 2 for hyps in ours for h in hyps)
+
+
+def test_encoder_decoder_cache_told_which_sentences_remain_equals_per_row_copies():
+    attn = FusedEncoderDecoderAttention(16, 4).eval()
+    memory = torch.randn(3, 7, 16)
+    mask = torch.arange(7)[None, :] >= torch.tensor([7, 4, 2])[:, None]  # [N, S], True at padding
+    state = {}
+    with torch.no_grad():
+        attn(torch.randn(3, 1, 16), memory, mask, incremental_state=state)  # the first step: a row per sentence
+        cache = attn.cache.get(state)
+        for sentences, rows in ((None, torch.arange(3).repeat_interleave(4)),  # then 4 rows each
+                                (torch.tensor([0, 2]), torch.tensor([0, 0, 0, 0, 2, 2, 2, 2]))):  # sentence 1 is done
+            cache.keep_sentences(sentences, 4)
+            x = torch.randn(rows.numel(), 1, 16)
+            out, weights = attn(x, memory, mask, incremental_state=state, need_weights=True)
+            ref, ref_weights = attn(x, memory[rows], mask[rows], need_weights=True)
+            torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
+        assert cache.k.size(0) == 2
