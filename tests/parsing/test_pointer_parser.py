@@ -147,3 +147,9 @@ def test_trains_and_decodes_through_the_real_tools(random_model, tmp_path):
     assert f"malformed outputs 0/{len(gold)} " in done.stdout
     assert re.search(r"^Parse test: EVALB \(COLLINS\) F1 = [\d.]+", done.stdout, flags=re.M)
     assert [t.words() for t in read_treebank(out)] == [t.words() for t in gold]
+    # plain beam search: fairseq's generator, which hands the pointer the beams' reorders
+    done = run_tool("fairseq-generate", data, "--user-dir", USER_DIR, "--task", "constituency_parsing", "--path",
+                    os.path.join(save, "checkpoint_last.pt"), "--gen-subset", "test", "--beam", "4", "--cpu",
+                    "--max-len-a", "1", "--max-len-b", "20", timeout=300)
+    assert "beam search: fairseq's SequenceGenerator (PointerParserModel follows the beams" in done.stderr
+    assert len(re.findall(r"^H-\d+\t", done.stdout, flags=re.M)) == len(gold)

@@ -60,6 +60,8 @@ def fairseq_only_reason(models, args, seq_gen_cls=None, extra_gen_cls_kwargs=Non
         (seq_gen_cls is not None, "the task builds its own generator"),
         (len(models) != 1, f"an ensemble of {len(models)} models"),
         (not all(isinstance(m, VaswaniTransformerModel) for m in models), "a model that is not a vaswani_transformer"),
+        (not all(getattr(m, "lean_beam_search", False) for m in models),
+         f"{type(models[0]).__name__} follows the beams through reorder_encoder_out"),
         (option("sampling", False), "--sampling"),
         (option("diverse_beam_groups", -1) > 0, "--diverse-beam-groups"),
         (option("diversity_rate", -1) > -1, "--diversity-rate"),
