@@ -6,7 +6,8 @@
 # Trains on wsj_0001-wsj_0159 (3,396 trees) for a fixed wall-clock budget, then decodes the dev
 # files wsj_0160-wsj_0179 (273 trees) with the paper's parsing settings (beam 21, lenpen 0.3,
 # max length = input + 300), without and with constrained decoding, and prints a Markdown block with
-# EVALB (COLLINS) F1 and the malformed-output rates (benchmarks/RESULTS.md holds the numbers).
+# EVALB (COLLINS) F1 and the malformed-output rates, which it also appends to benchmarks/RESULTS.md
+# (RESULTS=/dev/null: print only).
 # The last checkpoint is decoded, so dev plays no part in choosing it.
 #
 # TEST_FILES (optional, space-separated .mrg paths) are prepared as the test split with the same
@@ -17,7 +18,7 @@
 #
 # The treebank is read in place and never copied into the repository. Settings through the
 # environment: PTB (the sample's directory), WORK_DIR (default: ptb-parsing-work/ at the repository
-# root), THREADS (2), TRAIN_HOURS (0.33), TEST_FILES, MAX_TOKENS, LR, WARMUP, VOCAB, BEAM, and the
+# root), THREADS (2), TRAIN_HOURS (0.5, the issue-17 budget), TEST_FILES, MAX_TOKENS, LR, WARMUP, VOCAB, BEAM, and the
 # model's ARCH (vaswani_pointer_parser; vaswani_transformer is §6.3's decoder without the word pointer),
 # LAYERS (per stack), D_MODEL, D_FF, HEADS, DROPOUT.
 set -euo pipefail
@@ -27,7 +28,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/../recipes/lib/common.sh"
 PTB="${PTB:-$ROOT/../shared/data/ptb_sample}"
 WORK_DIR="${WORK_DIR:-$ROOT/ptb-parsing-work}"
 THREADS="${THREADS:-2}"
-TRAIN_HOURS="${TRAIN_HOURS:-0.33}"
+TRAIN_HOURS="${TRAIN_HOURS:-0.5}"
+RESULTS="${RESULTS:-$ROOT/benchmarks/RESULTS.md}"
 MAX_TOKENS="${MAX_TOKENS:-4096}"
 LR="${LR:-2e-3}"
 WARMUP="${WARMUP:-400}"
@@ -105,21 +107,6 @@ if ((${#test_files[@]} > 0)); then
   echo "$((SECONDS - decode_start))" > "$WORK_DIR/decode_seconds.test"
 fi
 
-note "results"
-commit=$(git rev-parse --short HEAD)
-if [[ -n $(git status --porcelain -- vaswani_plugin benchmarks) ]]; then commit="$commit + uncommitted changes"; fi
-last_valid=$(grep "valid on 'valid' subset" "$WORK_DIR/train.log" | tail -n 1 | sed 's/.*| epoch \([0-9]*\) .*| loss \([0-9.]*\) .*num_updates \([0-9]*\).*/epoch \1, update \3, dev loss \2/')
-cat <<EOF
-- machine: $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc --all) cores, OMP_NUM_THREADS=$THREADS
-- torch $(python -c 'import torch; print(torch.__version__)'), fairseq $(python -c 'import fairseq; print(fairseq.__version__)' 2>/dev/null), commit $commit
-- data: train ${#train[@]} files ($(wc -l < "$WORK_DIR/data/gold/train.trees") trees), dev ${#dev[@]} files ($(wc -l < "$WORK_DIR/data/gold/valid.trees") trees); vinyals scheme; sentencepiece BPE, $(python -c "import json; print(json.load(open('$WORK_DIR/data/parse_config.json'))['vocab_size'])") source pieces
-- model: ${MODEL[*]}
-- training: $train_seconds s wall clock (--stop-time-hours $TRAIN_HOURS), ended at $last_valid; Adam (0.9, 0.98, 1e-9), inverse_sqrt_warmup peak $LR after $WARMUP updates, ~$MAX_TOKENS tokens per batch, label smoothing 0.1
-- decoding: last checkpoint, beam $BEAM, lenpen 0.3, max length = source pieces + 300
-
-| dev (wsj_0160-0179) | EVALB F1 | recall | precision | malformed outputs | decode time |
-|---|---|---|---|---|---|
-EOF
 scores() {  # scores GENERATE_OUTPUT SPLIT: F1 recall precision malformed decoded rate repairs, from its Parse lines
   python - "$1" "$2" <<'PY'
 import re
@@ -131,6 +118,27 @@ bad = re.search(rf"^Parse {split}: malformed outputs (\d+)/(\d+) \(([\d.]+)%\) \
 print("\t".join(f1.groups() + bad.groups()))
 PY
 }
+note "results (appended to $RESULTS)"
+commit=$(git rev-parse --short HEAD)
+if [[ -n $(git status --porcelain -- vaswani_plugin benchmarks) ]]; then commit="$commit + uncommitted changes"; fi
+last_valid=$(grep "valid on 'valid' subset" "$WORK_DIR/train.log" | tail -n 1 | sed 's/.*| epoch \([0-9]*\) .*| loss \([0-9.]*\) .*num_updates \([0-9]*\).*/epoch \1, update \3, dev loss \2/')
+{
+cat <<EOF
+
+## Parsing on the PTB sample: --arch $ARCH, $(date -u '+%Y-%m-%d %H:%M UTC')
+
+Produced by \`benchmarks/ptb_sample_parsing.sh\`.
+
+- machine: $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc --all) cores, OMP_NUM_THREADS=$THREADS
+- torch $(python -c 'import torch; print(torch.__version__)'), fairseq $(python -c 'import fairseq; print(fairseq.__version__)' 2>/dev/null), commit $commit
+- data: train ${#train[@]} files ($(wc -l < "$WORK_DIR/data/gold/train.trees") trees), dev ${#dev[@]} files ($(wc -l < "$WORK_DIR/data/gold/valid.trees") trees); vinyals scheme; sentencepiece BPE, $(python -c "import json; print(json.load(open('$WORK_DIR/data/parse_config.json'))['vocab_size'])") source pieces
+- model: ${MODEL[*]}
+- training: $train_seconds s wall clock (--stop-time-hours $TRAIN_HOURS), ended at $last_valid; Adam (0.9, 0.98, 1e-9), inverse_sqrt_warmup peak $LR after $WARMUP updates, ~$MAX_TOKENS tokens per batch, label smoothing 0.1
+- decoding: last checkpoint, beam $BEAM, lenpen 0.3, max length = source pieces + 300
+
+| dev (wsj_0160-0179) | EVALB F1 | recall | precision | malformed outputs | decode time |
+|---|---|---|---|---|---|
+EOF
 for mode in plain constrained; do
   IFS=$'\t' read -r f1 recall precision malformed decoded rate repairs < <(scores "$WORK_DIR/generate.$mode.out" valid)
   echo "| $mode | $f1 | $recall | $precision | $malformed/$decoded ($rate%; $repairs) | $(cat "$WORK_DIR/decode_seconds.$mode") s |"
@@ -139,3 +147,4 @@ if ((${#test_files[@]} > 0)); then
   IFS=$'\t' read -r f1 recall precision malformed decoded _ _ < <(scores "$WORK_DIR/generate.test.out" test)
   echo "test: F1 = $f1 | recall $recall precision $precision | malformed $malformed/$decoded"
 fi
+} | tee -a "$RESULTS"

@@ -53,3 +53,32 @@ def test_append_results_writes_header_notes_and_table(tmp_path, monkeypatch):
     assert text.startswith("\n## Title\n")
     for key in ("- date: ", "- machine: ", f"- torch {torch.__version__}", "- commit: `", "a note", "| 1 | 2 |"):
         assert key in text
+
+
+def test_parsing_benchmark_runs_on_a_small_treebank_and_scores_test_files(tmp_path):
+    """benchmarks/ptb_sample_parsing.sh end to end on synthetic wsj_*.mrg files: the dev table, the
+    TEST_FILES line and trees, and the block appended to RESULTS."""
+    from vaswani_plugin.parsing.synthetic_treebank import write_treebank
+    from vaswani_plugin.parsing.trees import read_treebank
+
+    trees = write_treebank(str(tmp_path / "tb"), train=120, valid=12, test=9, seed=2)
+    ptb = tmp_path / "ptb"
+    ptb.mkdir()
+    for name, split in (("wsj_0001.mrg", "train"), ("wsj_0160.mrg", "valid"), ("wsj_0190.mrg", "test")):
+        os.link(trees[split], ptb / name)  # wsj_0190 is neither train nor dev: only TEST_FILES reads it
+    work, results = tmp_path / "work", tmp_path / "RESULTS.md"
+    env = dict(os.environ, PTB=str(ptb), WORK_DIR=str(work), RESULTS=str(results), TEST_FILES=str(ptb / "wsj_0190.mrg"),
+               TRAIN_HOURS="0.002", THREADS="1", BEAM="2", LAYERS="1", D_MODEL="32", D_FF="64", HEADS="2",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    proc = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "ptb_sample_parsing.sh")], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--arch vaswani_pointer_parser" in proc.stdout  # the recommended configuration is the default
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(("| plain", "| constrained"))]
+    assert len(rows) == 2 and "| 0/12 (0.00%; none) |" in rows[1]  # constrained: never malformed
+    test_line = [line for line in proc.stdout.splitlines() if line.startswith("test: F1 = ")]
+    assert len(test_line) == 1 and test_line[0].endswith("| malformed 0/9")
+    predicted, gold = read_treebank(str(work / "test.trees")), read_treebank(str(work / "data/gold/test.trees"))
+    assert [t.words() for t in predicted] == [t.words() for t in gold] == [t.words() for t in read_treebank(trees["test"])]
+    appended = results.read_text(encoding="utf-8")
+    assert "## Parsing on the PTB sample: --arch vaswani_pointer_parser" in appended and test_line[0] in appended
