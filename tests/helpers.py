@@ -109,3 +109,29 @@ def same_weight_pair(dictionary, flags, eos_bias):
     theirs = build_model(exported["cfg"]["model"], task)
     theirs.load_state_dict(exported["model"])
     return ours, theirs.eval()
+
+
+def random_parser(root, model_flags, scheme="vinyals", reverse_source=False):
+    """A randomly initialised parser on a small synthetic treebank, in eval mode: (task, model, the
+    whole test split as one sample, its gold trees, the prepared data directory)."""
+    from fairseq import tasks
+
+    from vaswani_plugin.parsing.prepare import prepare
+    from vaswani_plugin.parsing.synthetic_treebank import write_treebank
+    from vaswani_plugin.parsing.trees import read_treebank
+
+    trees = write_treebank(os.path.join(root, "tb"), train=60, valid=5, test=13, seed=5)
+    data = os.path.join(root, "data")
+    prepare({"train": [trees["train"]], "valid": [trees["valid"]], "test": [trees["test"]]}, data, scheme=scheme,
+            reverse_source=reverse_source)
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        data, "--task", "constituency_parsing", "--user-dir", vaswani_plugin.user_dir(), *model_flags,
+        "--constrained-decoding"])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    torch.manual_seed(0)
+    model = task.build_model(cfg.model).eval()
+    task.load_dataset("test")
+    dataset = task.dataset("test")
+    sample = dataset.collater([dataset[i] for i in range(len(dataset))])
+    return task, model, sample, read_treebank(trees["test"]), data

@@ -7,7 +7,7 @@ from argparse import Namespace
 
 import pytest
 import torch
-from helpers import run_tool
+from helpers import random_parser, run_tool
 
 import vaswani_plugin
 import vaswani_plugin.tasks.constituency_parsing  # noqa: F401  (registers the task in this process)
@@ -137,17 +137,8 @@ def test_no_sentence_is_dropped_outside_training(prepared):
 
 
 def _random_model_task(tmp_path, scheme):
-    trees = write_treebank(str(tmp_path / "tb"), train=60, valid=5, test=13, seed=5)
-    data = str(tmp_path / "data")
-    prepare({"train": [trees["train"]], "valid": [trees["valid"]], "test": [trees["test"]]}, data, scheme=scheme,
-            reverse_source=scheme == "tags")
-    task, cfg = _task(data, "--constrained-decoding")
-    torch.manual_seed(0)
-    model = task.build_model(cfg.model).eval()
-    task.load_dataset("test")
-    dataset = task.dataset("test")
-    sample = dataset.collater([dataset[i] for i in range(len(dataset))])
-    return task, model, sample, read_treebank(trees["test"])
+    task, model, sample, gold, _ = random_parser(str(tmp_path), TINY, scheme, reverse_source=scheme == "tags")
+    return task, model, sample, gold
 
 
 @pytest.mark.parametrize("scheme", scheme_names())

@@ -9,16 +9,15 @@ from argparse import Namespace
 
 import pytest
 import torch
-from helpers import run_tool
+from helpers import random_parser, run_tool
 
 import vaswani_plugin
 from vaswani_plugin.errors import ConfigError
 from vaswani_plugin.models.pointer_parser import PointerParserModel
 from vaswani_plugin.modules.word_pointer import covered_words, pointed_positions, word_start_table
 from vaswani_plugin.parsing.linearize import delinearize
-from vaswani_plugin.parsing.prepare import WORD_START, prepare
+from vaswani_plugin.parsing.prepare import WORD_START
 from vaswani_plugin.parsing.schemes import PRETERMINAL, get_scheme
-from vaswani_plugin.parsing.synthetic_treebank import write_treebank
 from vaswani_plugin.parsing.trees import read_treebank
 
 USER_DIR = vaswani_plugin.user_dir()
@@ -43,30 +42,9 @@ def test_word_start_table_by_hand():
     assert pointed_positions(table[:1], covered).tolist() == [[1, 1, 1, 2, 4, 4, 4, 5, 5]]
 
 
-def _task(data, *flags):
-    from fairseq import options, tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-    args = options.parse_args_and_arch(options.get_training_parser(),
-                                       [data, "--task", "constituency_parsing", "--user-dir", USER_DIR, *POINTER,
-                                        *flags])
-    cfg = convert_namespace_to_omegaconf(args)
-    return tasks.setup_task(cfg.task), cfg
-
-
 @pytest.fixture(scope="module")
 def random_model(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pointer")
-    trees = write_treebank(str(root / "tb"), train=60, valid=5, test=13, seed=5)
-    data = str(root / "data")
-    prepare({"train": [trees["train"]], "valid": [trees["valid"]], "test": [trees["test"]]}, data)
-    task, cfg = _task(data, "--constrained-decoding")
-    torch.manual_seed(0)
-    model = task.build_model(cfg.model).eval()
-    task.load_dataset("test")
-    dataset = task.dataset("test")
-    sample = dataset.collater([dataset[i] for i in range(len(dataset))])
-    return task, model, sample, read_treebank(trees["test"]), data, trees
+    return random_parser(str(tmp_path_factory.mktemp("pointer")), POINTER)
 
 
 def _expected_position(src_symbols, target_prefix_symbols):
@@ -78,7 +56,7 @@ def _expected_position(src_symbols, target_prefix_symbols):
 
 
 def test_decoder_input_adds_the_pointed_word_state(random_model):
-    task, model, sample, _, _, _ = random_model
+    task, model, sample, _, _ = random_model
     net = sample["net_input"]
     src, prev = net["src_tokens"], net["prev_output_tokens"]
     with torch.no_grad():
@@ -101,7 +79,7 @@ def test_decoder_input_adds_the_pointed_word_state(random_model):
 
 
 def test_incremental_decoding_equals_full_decoding_with_beam_reorders(random_model):
-    _, model, sample, _, _, _ = random_model
+    _, model, sample, _, _ = random_model
     net = sample["net_input"]
     src, prev = net["src_tokens"], net["prev_output_tokens"]
     order = torch.arange(src.size(0)).repeat_interleave(2).flip(0)  # two "beams" a sentence, rows reordered
@@ -115,7 +93,7 @@ def test_incremental_decoding_equals_full_decoding_with_beam_reorders(random_mod
 
 
 def test_constrained_beam_search_gives_well_formed_trees(random_model):
-    task, model, sample, gold, _, _ = random_model
+    task, model, sample, gold, _ = random_model
     generator = task.build_generator([model], Namespace(beam=5, max_len_a=1, max_len_b=50))
     with torch.no_grad():
         hypos = generator.generate([model], sample)
@@ -134,7 +112,7 @@ def test_another_task_or_a_reversed_source_is_refused():
 
 
 def test_trains_and_decodes_through_the_real_tools(random_model, tmp_path):
-    _, _, _, gold, data, _ = random_model
+    _, _, _, gold, data = random_model
     save = str(tmp_path / "checkpoints")
     run_tool("fairseq-train", data, "--user-dir", USER_DIR, "--task", "constituency_parsing", *POINTER,
              "--criterion", "label_smoothed_xent", "--optimizer", "adam", "--lr", "3e-3", "--batch-size", "16",
