@@ -8,7 +8,10 @@ carries the encoder's state of the next word to cover,
 where p_t is the source position of the first piece of word k_t, k_t the number of pre-terminals in
 y_1 .. y_{t-1} (each word is written as one pre-terminal), and the EOS position once every word is
 covered (`modules.word_pointer`). This is the deterministic attention of Liu, Zhu and Shi (2018),
-added to the input instead of being an extra attention head. W_p is one d x d linear layer.
+added to the input instead of being an extra attention head. W_p is one d x d linear layer. Pinned
+by tests/parsing/test_pointer_parser.py (the input against a plain-Python walk over pieces and
+pre-terminals; incremental decoding after beam reorders against full decoding). On the Penn
+Treebank sample it is what parses: 75.8 dev F1 against 27.8 without it (benchmarks/RESULTS.md).
 
 In training k_t comes from the target prefix; in beam search from each hypothesis's prefix, which
 fairseq's generator passes at every step already reordered with the beams, so nothing extra is

@@ -264,7 +264,6 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
                     else "F.linear")
         return model
 
-
     @classmethod
     def build_encoder_decoder(cls, cfg, task, src_embed: nn.Embedding, tgt_embed: nn.Embedding):
         """The two stacks (a model that changes either overrides this)."""
