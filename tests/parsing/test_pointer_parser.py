@@ -38,6 +38,7 @@ def test_word_start_table_by_hand():
     prev = torch.tensor([[EOS, 10, 11, 9, 9, 12, 13, 9, 9]])
     covered = covered_words(prev, torch.arange(14) == 9)
     assert covered.tolist() == [[0, 0, 0, 1, 2, 2, 2, 3, 4]]
+    assert covered_words(prev, torch.arange(14) == 9, last_only=True).tolist() == [[4]]
     # more pre-terminals than words (unconstrained decoding) still points at EOS
     assert pointed_positions(table[:1], covered).tolist() == [[1, 1, 1, 2, 4, 4, 4, 5, 5]]
 

@@ -58,9 +58,8 @@ class PointerDecoder(VaswaniDecoder):
     def decoder_input(self, prev_output_tokens: Tensor, encoder_out: Dict[str, Tensor],
                       incremental_state: Optional[Dict] = None) -> Tensor:
         x = super().decoder_input(prev_output_tokens, encoder_out, incremental_state)  # [B, T, d]
-        covered = covered_words(prev_output_tokens, self.is_preterminal)  # [B, T_prefix]
-        if incremental_state is not None:
-            covered = covered[:, -1:]  # [B, 1]: the newest position only
+        # [B, T], or [B, 1] for the newest position only while decoding incrementally
+        covered = covered_words(prev_output_tokens, self.is_preterminal, last_only=incremental_state is not None)
         table = encoder_out["word_positions"]  # [B0, S], one row per source sentence
         memory = encoder_out["memory"]  # [B0, S, d]
         rows = encoder_out.get("memory_rows")  # [B] decoder row -> source row, during beam search

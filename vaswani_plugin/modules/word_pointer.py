@@ -26,10 +26,12 @@ def word_start_table(src_tokens: Tensor, word_start: Tensor, eos: int) -> Tensor
     return torch.where(position < words, order, eos_position.expand(bsz, src_len))  # [B, S]
 
 
-def covered_words(prev_output_tokens: Tensor, is_preterminal: Tensor) -> Tensor:
+def covered_words(prev_output_tokens: Tensor, is_preterminal: Tensor, last_only: bool = False) -> Tensor:
     """[B, T] decoder inputs (EOS, y_1 .. y_{T-1}) -> [B, T]: at input position t, the number of
-    pre-terminals among y_1 .. y_t, i.e. the index of the next word to cover."""
-    return is_preterminal.to(prev_output_tokens.device)[prev_output_tokens].long().cumsum(dim=1)
+    pre-terminals among y_1 .. y_t, i.e. the index of the next word to cover. With `last_only`
+    (an incremental decoding step) just the newest position, [B, 1], as one sum."""
+    preterminals = is_preterminal.to(prev_output_tokens.device)[prev_output_tokens].long()  # [B, T]
+    return preterminals.sum(dim=1, keepdim=True) if last_only else preterminals.cumsum(dim=1)
 
 
 def pointed_positions(table: Tensor, covered: Tensor) -> Tensor:
