@@ -17,6 +17,7 @@ from vaswani_plugin.modules import (
     FusedSelfAttention,
     use_onednn_linears_,
 )
+from vaswani_plugin.modules import onednn_linear
 from vaswani_plugin.modules.onednn_linear import OneDNNLinear, onednn_available
 
 
@@ -106,7 +107,8 @@ def test_beam_search_hypotheses_identical_to_fairseq_while_sentences_finish_at_d
     assert len(ends) >= 3, f"sentences should finish at different steps, best lengths {sorted(ends)}"
 
 
-def test_onednn_linear_equals_f_linear_in_values_and_gradients_and_follows_changed_weights():
+def test_onednn_linear_equals_f_linear_in_values_and_gradients_and_follows_changed_weights(monkeypatch):
+    monkeypatch.setattr(onednn_linear, "TRAIN_ON_ONEDNN", True)  # the training products too, on any CPU
     lin = torch.nn.Linear(16, 24)
     ref = torch.nn.Linear(16, 24)
     ref.load_state_dict(lin.state_dict())

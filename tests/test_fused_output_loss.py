@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vaswani_plugin.modules import fused_output_loss, label_smoothed_nll_loss
+from vaswani_plugin.modules import fused_output_loss, label_smoothed_nll_loss, onednn_linear
 from vaswani_plugin.modules.fused_output_loss import _FusedOutputLoss
 
 PAD = 1
@@ -38,7 +38,9 @@ def _both(x, w, target, eps, chunk):
 
 @pytest.mark.parametrize("eps", [0.1, 0.0])
 @pytest.mark.parametrize("chunk", [1, 8, 1000])  # many chunks, a ragged last chunk, one chunk
-def test_fp32_matches_unfused_loss_nll_accuracy_and_grads(eps, chunk):
+@pytest.mark.parametrize("on_onednn", [True, False])  # the products' library: AMD's and Intel's choice
+def test_fp32_matches_unfused_loss_nll_accuracy_and_grads(eps, chunk, on_onednn, monkeypatch):
+    monkeypatch.setattr(onednn_linear, "TRAIN_ON_ONEDNN", on_onednn)
     x, w, target = _inputs()
     (loss, nll, correct), (rloss, rnll, rcorrect), grads, rgrads = _both(x, w, target, eps, chunk)
     torch.testing.assert_close(loss, rloss, rtol=1e-5, atol=0)

@@ -65,6 +65,7 @@ def _failing_namespace():
 @pytest.mark.parametrize("mode", ["training", "decoding", "packed", "matmul_nt"])
 def test_an_op_that_fails_on_first_use_falls_back_to_f_linear_with_one_log_line(monkeypatch, caplog, mode):
     monkeypatch.setattr(onednn_linear, "_AVAILABLE", True)
+    monkeypatch.setattr(onednn_linear, "TRAIN_ON_ONEDNN", True)  # training's products too, on any CPU
     monkeypatch.setattr(onednn_linear, "_WORKED", set())
     monkeypatch.setattr(torch.ops, "mkldnn", _failing_namespace())
     lin = torch.nn.Linear(8, 5)
@@ -104,3 +105,42 @@ def test_modules_off_the_cpu_stay_unwrapped(monkeypatch):
     model.to("meta")  # built on the CPU, then moved (fairseq's Trainer moves the model to the GPU)
     assert type(model[0]) is torch.nn.Linear and "packed" not in vars(model[0])
     assert model[0].weight.device.type == "meta"
+
+
+@pytest.mark.parametrize("vendor, mkl, expected", [("GenuineIntel", True, False), ("AuthenticAMD", True, True),
+                                                   ("GenuineIntel", False, True), ("", True, True)])
+def test_training_takes_onednn_except_where_mkl_runs_on_its_own_vendors_cpu(monkeypatch, vendor, mkl, expected):
+    """MKL's sgemm is slow off Intel CPUs; on them it is as fast as oneDNN and needs no transposed copies."""
+    monkeypatch.setattr(onednn_linear, "_AVAILABLE", True)
+    monkeypatch.setattr(onednn_linear, "_cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: mkl)
+    assert onednn_linear._train_on_onednn() is expected
+    monkeypatch.setattr(onednn_linear, "_AVAILABLE", False)
+    assert onednn_linear._train_on_onednn() is False
+
+
+def test_the_cpu_vendor_is_read_from_proc_cpuinfo():
+    if not os.path.exists("/proc/cpuinfo"):
+        pytest.skip("no /proc/cpuinfo here")
+    with open("/proc/cpuinfo") as f:
+        vendors = {line.split(":")[1].strip() for line in f if line.startswith("vendor_id")}
+    assert vendors == {onednn_linear._cpu_vendor()} or (not vendors and onednn_linear._cpu_vendor() == "")
+
+
+def test_without_training_on_onednn_training_products_are_f_linear_and_decoding_stays_packed(monkeypatch):
+    monkeypatch.setattr(onednn_linear, "TRAIN_ON_ONEDNN", False)
+    lin = torch.nn.Linear(8, 5)
+    onednn_linear.use_onednn_linears_(lin)
+    x = torch.randn(4, 8, requires_grad=True)
+    calls = []
+    monkeypatch.setattr(onednn_linear, "_call", lambda name, *args: calls.append(name) or getattr(torch.ops.mkldnn, name)(*args))
+    assert torch.equal(lin(x), F.linear(x, lin.weight, lin.bias))  # bitwise: the same library call
+    a, b = torch.randn(6, 8), torch.randn(5, 8)
+    assert torch.equal(onednn_linear.matmul_nt(a, b), a @ b.t())
+    assert onednn_linear.nt_operand(b.t()).stride() == b.t().stride()  # no dense copy for MKL
+    assert calls == []
+    if onednn_linear.onednn_available():
+        onednn_linear.use_onednn_linears_(lin, pack=True)
+        with torch.inference_mode():
+            torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias))
+        assert calls == ["_reorder_linear_weight", "_linear_pointwise"]

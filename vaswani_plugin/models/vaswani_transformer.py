@@ -15,7 +15,7 @@ Departures from the paper, each pinned by a test:
   biases everywhere (issue 12; benchmarks/multi30k_fidelity.sh).
 
 Speed only, same function: the linear-layer backend is chosen in `build_model` (on CPU in fp32,
-oneDNN: `modules.onednn_linear`; the layers then print as OneDNNLinear), and during beam search the
+oneDNN where it is faster than MKL: `modules.onednn_linear`; the layers then print as OneDNNLinear), and during beam search the
 encoder output is never copied: reorders compose into "memory_rows", which every layer's
 encoder-decoder attention reads through its cache, one K/V per source sentence
 (`modules.attention_cache`).
@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from ..errors import ConfigError
 from ..modules import DecoderLayer, EncoderLayer, PackedWeight, ScaledEmbedding, linear, use_onednn_linears_
-from ..modules.onednn_linear import onednn_available
+from ..modules.onednn_linear import backend_summary
 from .fairseq_options import add_fairseq_options, translate_command_line
 
 logger = logging.getLogger(__name__)
@@ -257,11 +257,10 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
         src_embed = _embedding(task.source_dictionary, cfg.d_model)
         tgt_embed = src_embed if cfg.share_all_embeddings else _embedding(task.target_dictionary, cfg.d_model)
         model = cls(*cls.build_encoder_decoder(cfg, task, src_embed, tgt_embed))
-        # The linear-layer backend (speed only): fp32 GEMMs on CPU through oneDNN, ~2x MKL's here, and
+        # The linear-layer backend (speed only): fp32 GEMMs on CPU through oneDNN where it beats MKL, and
         # F.linear for other dtypes and devices or where oneDNN's ops are missing (modules.onednn_linear)
         use_onednn_linears_(model)
-        logger.info("linear layers: %s", "oneDNN for fp32 on CPU, F.linear otherwise" if onednn_available()
-                    else "F.linear")
+        logger.info("linear layers: %s", backend_summary())
         return model
 
     @classmethod

@@ -1,9 +1,15 @@
 """The linear-layer backend: fp32 GEMMs on CPU through oneDNN (speed only; not in the paper).
 
-Measured on the project's benchmark CPU (AMD EPYC with AVX-512, one thread): torch's default fp32
-matmul (MKL's sgemm) reaches ~90-105 GFLOP/s on the Transformer's shapes, oneDNN's linear primitive
-~170-240 GFLOP/s, for training shapes ([4096 x 512] @ [512 x 2048], and both backward products) and
-decoding shapes alike; reordering a weight once into oneDNN's blocked layout helps decoding further.
+Measured on an AMD EPYC with AVX-512, one thread: torch's default fp32 matmul (MKL's sgemm) reaches
+~90-105 GFLOP/s on the Transformer's shapes, oneDNN's linear primitive ~170-240 GFLOP/s, for
+training shapes ([4096 x 512] @ [512 x 2048], and both backward products) and decoding shapes alike;
+reordering a weight once into oneDNN's blocked layout helps decoding further.
+Measured on an Intel Xeon (family 6, model 167, AVX-512), two threads: MKL runs at full speed there
+(forward 270-360 GFLOP/s, oneDNN the same), and it reads transposed operands in place, where
+oneDNN's primitive needs a dense copy of gᵀ and xᵀ for dW = gᵀ x: MKL 260-330 GFLOP/s for that
+product, oneDNN with its copies 150-170. So training's products take oneDNN only off Intel CPUs
+(`TRAIN_ON_ONEDNN`); decoding's packed weights stay on oneDNN everywhere (5-15% faster than MKL at
+beam-search shapes on that Xeon).
 
 - `use_onednn_linears_(module, pack)`: what the model calls where it is built (and again, with
   `pack`, once it only decodes): every CPU `nn.Linear` inside becomes a `OneDNNLinear` (same
@@ -11,7 +17,8 @@ decoding shapes alike; reordering a weight once into oneDNN's blocked layout hel
 - `OneDNNLinear` / `linear(x, weight, bias, packed)`: `F.linear`, through oneDNN for float32 CPU
   tensors: an autograd Function (forward and both backward products) while autograd records, the
   weight packed once (`PackedWeight`) for a model that only decodes;
-- `matmul_nt(a, b)`: a @ bᵀ, through oneDNN for float32 CPU tensors (the fused output loss uses it).
+- `matmul_nt(a, b)` / `nt_operand(b)`: a @ bᵀ for the fused output loss, through oneDNN where
+  training takes it.
 Anything else (other dtypes, CUDA tensors) takes plain `F.linear`; results equal `F.linear`'s up to
 float rounding (another summation order).
 
@@ -57,6 +64,31 @@ def onednn_available() -> bool:
     return _AVAILABLE
 
 
+def _cpu_vendor() -> str:
+    """/proc/cpuinfo's vendor_id ("GenuineIntel", "AuthenticAMD"), "" where there is none."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("vendor_id")), "")
+    except OSError:
+        return ""
+
+
+def _train_on_onednn() -> bool:
+    """oneDNN for training's products unless MKL is there and on its own vendor's CPU (module docstring)."""
+    return _AVAILABLE and not (torch.backends.mkl.is_available() and _cpu_vendor() == "GenuineIntel")
+
+
+TRAIN_ON_ONEDNN = _train_on_onednn()
+
+
+def backend_summary() -> str:
+    """What the model's build logs: which library runs its linear layers."""
+    if not _AVAILABLE:
+        return "F.linear"
+    training = "oneDNN" if TRAIN_ON_ONEDNN else "F.linear (MKL: as fast as oneDNN on this Intel CPU, no transposed copies)"
+    return f"training in fp32 on CPU: {training}; decoding on CPU: oneDNN with packed weights; F.linear otherwise"
+
+
 class _Unusable(Exception):
     """A private op failed on its first use; the caller computes the same with F.linear."""
 
@@ -82,9 +114,14 @@ def _linear(x2: Tensor, weight: Tensor, bias=None) -> Tensor:
     return _call("_linear_pointwise", x2.contiguous(), weight.contiguous(), bias, "none", [], "")
 
 
+def _train_fp32(*tensors: Tensor) -> bool:
+    return TRAIN_ON_ONEDNN and _cpu_fp32(*tensors)
+
+
 def matmul_nt(a: Tensor, b: Tensor) -> Tensor:
-    """a [N, k] @ b [M, k]ᵀ -> [N, M]; oneDNN for float32 CPU tensors, torch's matmul otherwise."""
-    if _cpu_fp32(a, b):
+    """a [N, k] @ b [M, k]ᵀ -> [N, M]; oneDNN for float32 CPU tensors where training takes it
+    (`TRAIN_ON_ONEDNN`), torch's matmul otherwise."""
+    if _train_fp32(a, b):
         try:
             return _linear(a, b)
         except _Unusable:
@@ -95,7 +132,7 @@ def matmul_nt(a: Tensor, b: Tensor) -> Tensor:
 def nt_operand(b: Tensor) -> Tensor:
     """`b` laid out for repeated use as `matmul_nt`'s second operand: dense once, where oneDNN would
     otherwise copy a strided `b` on every call."""
-    return b.contiguous() if _cpu_fp32(b) else b
+    return b.contiguous() if _train_fp32(b) else b
 
 
 class _OneDNNLinear(torch.autograd.Function):
@@ -135,10 +172,13 @@ class PackedWeight:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: PackedWeight | None = None) -> Tensor:
     """`F.linear(x, weight, bias)`, through oneDNN for float32 CPU tensors: the autograd Function when
-    autograd records, else the `packed` copy of the weight when one is given."""
+    autograd records (where training takes oneDNN), else the `packed` copy of the weight when one is
+    given."""
     if _cpu_fp32(x, weight):
         try:
             if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+                if not TRAIN_ON_ONEDNN:
+                    return F.linear(x, weight, bias)
                 return _OneDNNLinear.apply(x, weight, bias)
             x2 = x.reshape(-1, x.size(-1)).contiguous()  # [N, k]
             w = weight.contiguous() if packed is None else packed.get(weight)
