@@ -22,11 +22,11 @@ source pieces start a word and which target symbols are pre-terminals) and a sou
 from typing import Dict, Optional
 
 import torch
-import torch.nn.functional as F
 from fairseq.models import ARCH_CONFIG_REGISTRY, register_model
 from torch import Tensor, nn
 
 from ..errors import ConfigError
+from ..modules.dropout import dropout_add
 from ..modules.word_pointer import covered_words, pointed_positions, word_start_table
 from .presets import PRESETS, preset_architecture
 from .vaswani_transformer import (VaswaniDecoder, VaswaniEncoder, VaswaniTransformerConfig,
@@ -67,7 +67,7 @@ class PointerDecoder(VaswaniDecoder):
             rows = torch.arange(table.size(0), device=table.device)
         positions = pointed_positions(table.index_select(0, rows), covered)  # [B, T]
         pointed = memory[rows.unsqueeze(1), positions]  # [B, T, d]
-        return x + F.dropout(self.pointer(pointed), p=self.pointer_dropout, training=self.training)
+        return dropout_add(x, self.pointer(pointed), self.pointer_dropout, self.training)  # x + Dropout(W_p m)
 
 
 @register_model("vaswani_pointer_parser", dataclass=VaswaniTransformerConfig)

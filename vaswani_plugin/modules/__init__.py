@@ -1,6 +1,7 @@
 """Plain-PyTorch building blocks of the Transformer (no fairseq import): testable alone."""
 from .attention import FusedEncoderDecoderAttention, FusedSelfAttention
 from .attention_kernels import scaled_dot_product
+from .dropout import dropout, dropout_add
 from .embedding import ScaledEmbedding
 from .fused_output_loss import fused_output_loss
 from .layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward
@@ -17,6 +18,8 @@ __all__ = [
     "PositionwiseFeedForward",
     "ScaledEmbedding",
     "SinusoidalPositions",
+    "dropout",
+    "dropout_add",
     "fused_output_loss",
     "label_smoothed_nll_loss",
     "linear",

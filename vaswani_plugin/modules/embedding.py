@@ -1,9 +1,9 @@
 """The input of either stack: token embedding, scaling, positions, dropout (§3.4, §3.5, §5.4)."""
 import math
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .dropout import dropout
 from .positional import SinusoidalPositions
 
 
@@ -28,4 +28,4 @@ class ScaledEmbedding(nn.Module):
         if last_step_only:
             tokens = tokens[:, -1:]
         x = self.embed_tokens(tokens) * self.scale + pos
-        return F.dropout(x, p=self.dropout, training=self.training)
+        return dropout(x, self.dropout, self.training)  # F.dropout, cheaper masks on CPU (modules.dropout)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import FusedEncoderDecoderAttention, FusedSelfAttention
+from .dropout import dropout, dropout_add
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -26,7 +27,7 @@ class PositionwiseFeedForward(nn.Module):
         self.relu_dropout = relu_dropout
 
     def forward(self, x: Tensor) -> Tensor:
-        h = F.dropout(F.relu(self.fc1(x)), p=self.relu_dropout, training=self.training)  # [B, T, d_ff]
+        h = dropout(F.relu(self.fc1(x)), self.relu_dropout, self.training)  # [B, T, d_ff]
         return self.fc2(h)
 
 
@@ -44,7 +45,7 @@ class _Residual(nn.Module):
         return self.norm(x) if self.normalize_before else x
 
     def close(self, x: Tensor, y: Tensor) -> Tensor:
-        x = x + F.dropout(y, p=self.dropout, training=self.training)
+        x = dropout_add(x, y, self.dropout, self.training)  # x + Dropout(y), cheaper masks on CPU (modules.dropout)
         return x if self.normalize_before else self.norm(x)
 
 
