@@ -1,6 +1,7 @@
 """benchmarks/: the training-step benchmark's smoke mode prints its table, its FLOP formula matches
 torch's own FLOP counter, and results are appended with the machine header. Speed is not asserted."""
 import os
+import re
 import subprocess
 import sys
 
@@ -53,6 +54,18 @@ def test_append_results_writes_header_notes_and_table(tmp_path, monkeypatch):
     assert text.startswith("\n## Title\n")
     for key in ("- date: ", "- machine: ", f"- torch {torch.__version__}", "- commit: `", "a note", "| 1 | 2 |"):
         assert key in text
+
+
+def test_machine_header_names_the_cpu_vendor_family_model_and_blas():
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        first_cpu = f.read().split("\n\n")[0]
+    fields = dict(re.findall(r"^(vendor_id|cpu family|model|flags)\s*:\s*(.*)$", first_cpu, re.MULTILINE))
+    header = common.machine_header()
+    assert f"{fields['vendor_id']}, family {fields['cpu family']}, model {fields['model']};" in header
+    amx = "amx_bf16" in fields["flags"].split()
+    assert f"AMX bf16 {'yes' if amx else 'no'}" in header
+    assert f"MKL {'yes' if torch.backends.mkl.is_available() else 'no'}, " in header
+    assert f"oneDNN {'yes' if torch.backends.mkldnn.is_available() else 'no'}" in header
 
 
 def test_parsing_benchmark_runs_on_a_small_treebank_and_scores_test_files(tmp_path):
