@@ -25,11 +25,32 @@ def test_quick_run_prints_one_row_per_model():
     lines = [line for line in proc.stdout.splitlines() if line.startswith("|")]
     assert len(lines) == 4  # header, separator, ours, fairseq
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
-    assert all(len(row) == len(rows[0]) == 8 for row in rows)  # CPU: with tokens per CPU-second
+    assert all(len(row) == len(rows[0]) == 10 for row in rows)  # CPU: with tokens per CPU-second
     assert [rows[2][0], rows[3][0]] == ["ours", "fairseq"]
     assert rows[3][3] == rows[3][5] == rows[3][7] == "1.00x"
     assert rows[2][1] == rows[3][1]  # same parameter count: same shape on both sides
     assert float(rows[2][2].replace(",", "")) > 0
+    assert rows[2][8] == rows[3][8] and float(rows[2][8].replace(",", "")) > 0  # one GEMM rate for both
+    assert all(float(row[9].rstrip("%")) > 0 for row in rows[2:])
+
+
+def test_gemm_rate_is_all_flops_over_all_time_and_the_share_divides_by_it():
+    # 2 products of 1 GFLOP in 0.5 s each and 1 of 6 GFLOP in 1.5 s: 8 GFLOP in 2.5 s = 3.2 GFLOP/s (the
+    # mean of the rows' rates would be 3, the count-weighted mean 2.67).
+    rate = train_step.gemm_rate([(2, 1e9, 0.5), (1, 6e9, 1.5)])
+    assert abs(rate - 3.2e9) < 1
+    # a step of 8 GFLOP in 5 s runs at 1.6 GFLOP/s: half the GEMM rate
+    assert train_step.gemm_columns(8e9 / 5, rate) == ["3.2", "50%"]
+
+
+def test_step_products_are_the_flop_formula_term_by_term():
+    """The products the GEMM timing runs add up to the training FLOPs of the formula, uneven lengths
+    included (cross-attention is [tgt x src]), for the tiny shape and the base one."""
+    for shape in ("tiny", "base"):
+        args = train_step.parse_args([f"--shape={shape}", "--vocab=1000"])
+        products = train_step.step_products(args, 5, 7, 11)
+        total = sum(count * 2 * batch * n * k * m for count, batch, n, k, m, _, _ in products)
+        assert total == train_step.step_flops(args, 5, 7, 11)
 
 
 def test_flop_formula_matches_torch_flop_counter_on_a_forward(monkeypatch):
