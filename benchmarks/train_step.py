@@ -2,6 +2,9 @@
 
     python benchmarks/train_step.py --shape base --device cpu --dtype fp32 --repeats 2
     python benchmarks/train_step.py --quick            # seconds-long smoke run on a tiny shape
+    python benchmarks/train_step.py --cli --shape base --repeats 2    # through fairseq-train itself
+    python benchmarks/train_step.py --cli --quick      # its smoke run: 1 warm-up + 2 updates per model
+        [--cli-data DIR] [--cli-logs DIR]              # keep (and reuse) the binarized data; keep the logs
 
 Both models are built through fairseq's registries from command-line flags with the same
 hyperparameters (shared embeddings over one 32k joined dictionary, dropout 0.1, label smoothing 0.1,
@@ -19,9 +22,13 @@ subprocess, so its peak memory is its own: peak RSS (ru_maxrss, which includes t
 imported libraries) on CPU, torch.cuda.max_memory_allocated on CUDA. Runs alternate ours, fairseq,
 ours, fairseq, ... (`--repeats` pairs); the table gives medians and ours/fairseq ratios.
 
-Share of the GEMM rate: the step's training FLOP/s (formula below) over the rate
-torch's matmul reaches on the same products, timed in one more subprocess at the in-process batch
-shape (`gemm_child`). Timed: for every linear layer of both stacks (encoder q, k, v, out and the
+`--cli` trains both models with the real fairseq-train instead, interleaved the same way, on a
+synthetic binarized dataset of the same lengths and vocabulary, and reports fairseq's own wps and
+the whole process's peak RSS (/usr/bin/time -v): benchmarks/train_cli.py says how.
+
+Share of the GEMM rate (both modes): the step's training FLOP/s (formula below) over the rate
+torch's matmul reaches on the same products in the same dtype, timed in one more subprocess at the
+in-process batch shape. Timed: for every linear layer of both stacks (encoder q, k, v, out and the
 feed-forward pair; decoder self-attention q, k, v, out, cross-attention q, out and its k, v on the
 source, the feed-forward pair) and the output projection, the forward product [N, k] x [k, M] and
 both backward ones, dX = g W ([N, M] x [M, k]) and dW = gᵀ x ([M, N] x [N, k]); and attention's
@@ -113,6 +120,11 @@ def build(args):
     return trainer, model, dictionary
 
 
+def shortest(seq_len) -> int:
+    """The shortest real length of a sentence padded to seq_len (L-3, end of sentence included)."""
+    return max(2, seq_len - 3)
+
+
 def batch(args, dictionary, seed):
     """B = max_tokens // L pairs; left-padded sources, right-padded targets (fairseq's defaults)."""
     import torch
@@ -123,7 +135,7 @@ def batch(args, dictionary, seed):
     src = torch.full((b, length), pad)
     prev, target = torch.full((b, length), pad), torch.full((b, length), pad)
     for i in range(b):
-        s, t = torch.randint(max(2, length - 3), length + 1, (2,), generator=g).tolist()
+        s, t = torch.randint(shortest(length), length + 1, (2,), generator=g).tolist()
         src[i, length - s:] = torch.cat([torch.randint(4, len(dictionary), (s - 1,), generator=g),
                                          torch.tensor([eos])])
         words = torch.randint(4, len(dictionary), (t - 1,), generator=g)
@@ -279,6 +291,16 @@ def gemm_columns(train_flops_per_s, gemm_flops_per_s):
     return [f"{gemm_flops_per_s / 1e9:,.1f}", f"{train_flops_per_s / gemm_flops_per_s:.0%}"]
 
 
+def interleaved(args, measure):
+    """{model: [measure(model, repeat), ...]}, run ours, fairseq, ours, fairseq, ... (`--repeats` pairs)."""
+    results = {"ours": [], "fairseq": []}
+    for repeat in range(args.repeats):
+        for model in results:
+            results[model].append(measure(model, repeat))
+            print(f"{model}: {results[model][-1]}", file=sys.stderr, flush=True)
+    return results
+
+
 def table(args, results, gemm_flops_per_s):
     """Medians per model; on CPU also tokens per CPU-second (process time, all threads), which a
     machine shared with other jobs disturbs much less than wall-clock tokens/s; then the GEMM share."""
@@ -309,20 +331,29 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     p.add_argument("--repeats", type=int, default=3, help="ours/fairseq pairs, run alternately")
-    p.add_argument("--warmup", type=int, default=1, help="untimed steps first (allocator, Adam state)")
-    p.add_argument("--steps", type=int, default=3, help="timed steps per measurement")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps (--cli: updates) first (Adam state)")
+    p.add_argument("--steps", type=int, help="timed steps per measurement (default 3; updates with --cli: 5)")
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--seq-len", type=int, default=32, help="padded sentence length L (real lengths L-3..L)")
     p.add_argument("--vocab", type=int, default=32000, help="joined dictionary size, specials included")
-    p.add_argument("--quick", action="store_true", help="smoke run: tiny shape, 1 pair, 1+1 steps, 512 tokens, "
-                                                        "2k vocabulary, not appended")
+    p.add_argument("--quick", action="store_true", help="smoke run: tiny shape, 1 pair, 1+1 steps (1+2 updates "
+                                                        "with --cli), 512 tokens, 2k vocabulary, not appended")
     p.add_argument("--no-append", action="store_true", help="print the table only")
+    p.add_argument("--cli", action="store_true", help="through fairseq-train runs instead (benchmarks/train_cli.py)")
+    p.add_argument("--cli-data", metavar="DIR", help="--cli: keep the binarized data here and reuse it next time")
+    p.add_argument("--cli-logs", metavar="DIR", help="--cli: keep fairseq-train's logs and time reports here")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", choices=["ours", "fairseq", "gemm"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.steps is None:
+        args.steps = 5 if args.cli else 3
     if args.quick:
-        args.shape, args.repeats, args.warmup, args.steps = "tiny", 1, 1, 1
+        args.shape, args.repeats, args.warmup, args.steps = "tiny", 1, 1, 2 if args.cli else 1
         args.max_tokens, args.vocab, args.seq_len, args.no_append = 512, 2000, 16, True
+    if args.cli and args.device != "cpu":
+        p.error("--cli measures CPU training (fairseq-train --cpu): leave --device at cpu")
+    if (args.cli_data or args.cli_logs) and not args.cli:
+        p.error("--cli-data and --cli-logs go with --cli")
     if args.device == "cuda" and not args.child:
         import torch
         if not torch.cuda.is_available():
@@ -344,23 +375,28 @@ def main(argv=None):
     args = parse_args(argv)
     if args.child:
         return child(args)
-    results = {"ours": [], "fairseq": []}
-    for _ in range(args.repeats):
-        for model in ("ours", "fairseq"):  # interleaved: A B A B
-            results[model].append(run_child(args, model))
-            print(f"{model}: {results[model][-1]}", file=sys.stderr, flush=True)
+    if args.cli:
+        import train_cli  # imports this module: only here, where the CLI mode is asked for
+
+        results = train_cli.run(args)
+    else:
+        results = interleaved(args, lambda model, _: run_child(args, model))
     gemm_flops_per_s = run_child(args, "gemm")["gemm_flops_per_s"]
-    text = table(args, results, gemm_flops_per_s)
+    text = train_cli.table(results, gemm_flops_per_s) if args.cli else table(args, results, gemm_flops_per_s)
     print(text)
     if not args.no_append:
         from vaswani_plugin.modules.onednn_linear import backend_summary
 
+        steps = "updates" if args.cli else "timed steps"
         notes = (f"`python benchmarks/train_step.py {' '.join(argv if argv is not None else sys.argv[1:])}`: "
                  f"{args.shape} shape, {args.dtype}, --max-tokens {args.max_tokens} (L = {args.seq_len}), "
                  f"{args.vocab} joined vocabulary, {args.repeats} interleaved pairs of {args.warmup} warm-up + "
-                 f"{args.steps} timed steps; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; "
+                 f"{args.steps} {steps}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; "
                  f"the plugin's linear layers: {backend_summary()}.")
-        append_results(f"Training step, {args.shape}, {args.device} {args.dtype}", text, args.device, notes)
+        if args.cli:
+            notes += "\n\n" + train_cli.notes(args, results)
+        mode = ", through fairseq-train" if args.cli else ""
+        append_results(f"Training step, {args.shape}, {args.device} {args.dtype}{mode}", text, args.device, notes)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """benchmarks/: the training-step benchmark's smoke mode prints its table, its FLOP formula matches
 torch's own FLOP counter, and results are appended with the machine header. Speed is not asserted."""
+import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -32,6 +34,53 @@ def test_quick_run_prints_one_row_per_model():
     assert float(rows[2][2].replace(",", "")) > 0
     assert rows[2][8] == rows[3][8] and float(rows[2][8].replace(",", "")) > 0  # one GEMM rate for both
     assert all(float(row[9].rstrip("%")) > 0 for row in rows[2:])
+
+
+def table_rows(stdout):
+    """The data rows of the markdown table a benchmark printed, as lists of cells."""
+    lines = [line for line in stdout.splitlines() if line.startswith("|")][2:]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+
+
+def test_cli_quick_run_reports_fairseq_trains_own_wps_and_peak_rss(tmp_path):
+    """--quick --cli: both models trained by fairseq-train (1 warm-up + 2 updates); the table's wps is
+    the median of the timed updates' train_inner lines and its peak RSS GNU time's, both read here from
+    the kept logs; both runs have the parameter count of the in-process models (same vocabulary)."""
+    logs = tmp_path / "logs"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "train_step.py"), "--quick", "--cli",
+                           "--cli-logs", str(logs)], capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = table_rows(proc.stdout)
+    assert [row[0] for row in rows] == ["ours", "fairseq"]
+    for row in rows:
+        model, wps, peak_mb = row[0], float(row[2].replace(",", "")), float(row[5].replace(",", ""))
+        log = (logs / f"{model}-0.log").read_text(encoding="utf-8")
+        entries = [json.loads(line.split(" | train_inner | ")[1]) for line in log.splitlines()
+                   if " | train_inner | " in line]
+        updates = {int(entry["num_updates"]): float(entry["wps"]) for entry in entries}
+        assert sorted(updates) == [1, 2, 3]  # --max-update = warm-up + steps
+        assert wps > 0 and abs(wps - statistics.median([updates[2], updates[3]])) <= 0.5
+        kbytes = re.search(r"Maximum resident set size \(kbytes\): (\d+)", (logs / f"{model}-0.time").read_text())
+        assert peak_mb > 0 and abs(peak_mb - int(kbytes.group(1)) / 1024) <= 0.5
+        args = train_step.parse_args(["--quick", "--child", "--model", model])
+        params = sum(p.numel() for p in train_step.build(args)[1].parameters())
+        assert f"num. shared model params: {params:,} " in log
+    assert rows[1][3] == rows[1][6] == "1.00x" and rows[0][7] == rows[1][7]
+
+
+def test_failing_fairseq_train_ends_with_one_error_line_not_a_traceback():
+    """A flag fairseq-train refuses, injected into both runs: the benchmark stops at the first (ours)
+    with one line naming it and the tail of fairseq-train's stderr."""
+    script = (f"import sys; sys.path.insert(0, {os.path.join(ROOT, 'benchmarks')!r}); import train_cli, train_step; "
+              "train_cli.COMMON_FLAGS.append('--no-such-flag'); train_step.main(['--quick', '--cli'])")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    error = proc.stderr[proc.stderr.index("train_step.py: error: "):].rstrip().splitlines()
+    assert error[0] == "train_step.py: error: fairseq-train for ours failed (2):"
+    assert error[-1].endswith("error: unrecognized arguments: --no-such-flag")
+    assert "|" not in proc.stdout  # no table
 
 
 def test_gemm_rate_is_all_flops_over_all_time_and_the_share_divides_by_it():
