@@ -7,6 +7,7 @@ benchmarks/RESULTS.md.
 import datetime
 import os
 import platform
+import re
 import subprocess
 import sys
 
@@ -15,15 +16,43 @@ ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "RESULTS.md")
 
 
-def _cpu_model() -> str:
+def cpu_info() -> dict:
+    """The first processor's fields of /proc/cpuinfo ("vendor_id", "cpu family", "model", "flags", ...);
+    empty where there is no /proc/cpuinfo."""
+    fields = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # the first processor's block ends at the first blank line
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return fields
+
+
+def _yes_no(present: bool) -> str:
+    return "yes" if present else "no"
+
+
+def _cpu_line(cpu: dict) -> str:
+    """Vendor, family/model numbers and the bf16 matrix extensions: which kernels MKL and oneDNN pick."""
+    flags = set(cpu.get("flags", "").split())  # x86 only: ARM's /proc/cpuinfo has none of these fields
+    return (f"{cpu.get('vendor_id', 'vendor unknown')}, family {cpu.get('cpu family', '?')}, "
+            f"model {cpu.get('model', '?')}; "
+            f"AVX-512 bf16 {_yes_no('avx512_bf16' in flags)}, AMX bf16 {_yes_no('amx_bf16' in flags)}")
+
+
+def _blas_line() -> str:
+    """torch's BLAS (BLAS_INFO of its build) and whether MKL and oneDNN are there, with oneDNN's version."""
+    import torch
+
+    config = torch.__config__.show()
+    blas = re.search(r"BLAS_INFO=([^,\s]+)", config)
+    onednn = re.search(r"MKL-DNN (v[\d.]+)", config)
+    return (f"BLAS_INFO={blas.group(1) if blas else 'unknown'}, MKL {_yes_no(torch.backends.mkl.is_available())}, "
+            f"oneDNN {_yes_no(torch.backends.mkldnn.is_available())}" + (f" {onednn.group(1)}" if onednn else ""))
 
 
 def git_commit() -> str:
@@ -39,7 +68,8 @@ def git_commit() -> str:
 
 
 def machine_header(device: str = "cpu") -> str:
-    """Markdown bullet lines: date, machine (CPU model, cores, threads; GPU name on cuda), versions, commit."""
+    """Markdown bullet lines: date, machine (CPU model, cores, threads; GPU name on cuda), the CPU's
+    vendor, family/model numbers and bf16 extensions, torch's BLAS/oneDNN, versions, commit."""
     import torch
 
     try:
@@ -47,13 +77,17 @@ def machine_header(device: str = "cpu") -> str:
         fairseq_version = fairseq.__version__
     except ImportError:
         fairseq_version = "not installed"
-    machine = f"{_cpu_model()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}"
+    cpu = cpu_info()
+    model = cpu.get("model name") or platform.processor() or platform.machine()
+    machine = f"{model}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}"
     if device == "cuda" and torch.cuda.is_available():
         machine += f"; GPU {torch.cuda.get_device_name()}"
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return "\n".join([
         f"- date: {now}",
         f"- machine: {machine}",
+        f"- cpu: {_cpu_line(cpu)}",
+        f"- torch BLAS: {_blas_line()}",
         f"- torch {torch.__version__}, fairseq {fairseq_version}, python {platform.python_version()}",
         f"- commit: `{git_commit()}`",
     ])

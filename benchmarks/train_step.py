@@ -2,6 +2,9 @@
 
     python benchmarks/train_step.py --shape base --device cpu --dtype fp32 --repeats 2
     python benchmarks/train_step.py --quick            # seconds-long smoke run on a tiny shape
+    python benchmarks/train_step.py --cli --shape base --repeats 2    # through fairseq-train itself
+    python benchmarks/train_step.py --cli --quick      # its smoke run: 1 warm-up + 2 updates per model
+        [--cli-data DIR] [--cli-logs DIR]              # keep (and reuse) the binarized data; keep the logs
 
 Both models are built through fairseq's registries from command-line flags with the same
 hyperparameters (shared embeddings over one 32k joined dictionary, dropout 0.1, label smoothing 0.1,
@@ -19,6 +22,25 @@ subprocess, so its peak memory is its own: peak RSS (ru_maxrss, which includes t
 imported libraries) on CPU, torch.cuda.max_memory_allocated on CUDA. Runs alternate ours, fairseq,
 ours, fairseq, ... (`--repeats` pairs); the table gives medians and ours/fairseq ratios.
 
+`--cli` trains both models with the real fairseq-train instead, interleaved the same way, on a
+synthetic binarized dataset of the same lengths and vocabulary, and reports fairseq's own wps and
+the whole process's peak RSS (/usr/bin/time -v): benchmarks/train_cli.py says how.
+
+Share of the GEMM rate (both modes): the step's training FLOP/s (formula below) over the rate
+torch's matmul reaches on the same products in the same dtype, timed in one more subprocess at the
+in-process batch shape. Timed: for every linear layer of both stacks (encoder q, k, v, out and the
+feed-forward pair; decoder self-attention q, k, v, out, cross-attention q, out and its k, v on the
+source, the feed-forward pair) and the output projection, the forward product [N, k] x [k, M] and
+both backward ones, dX = g W ([N, M] x [M, k]) and dW = gᵀ x ([M, N] x [N, k]); and attention's
+score and weighted-sum products (q kᵀ, p v, each with its two backward products) as batched matmuls
+over B x heads, as fairseq's MultiheadAttention computes them (our model's SDPA kernel fuses them).
+All with torch.mm / torch.bmm, transposed operands as views, which is what F.linear's autograd runs;
+one warm-up and GEMM_REPEATS timed runs per distinct shape, median; the GEMM rate is all their FLOPs
+over all their time. These are exactly the formula's FLOPs (a test checks it term by term), so the
+share is the time those GEMMs alone would take over the step's time: softmax, layer norms, the loss,
+Adam and the rest cost time but no FLOPs in it. Where the plugin trains on oneDNN instead of torch's
+matmul (off Intel CPUs: the notes give its backend line) our step can beat torch's rate.
+
 MFU (CUDA, fp16/bf16 only) = achieved training FLOP/s / 989e12 (H200 dense fp16/bf16 peak, no
 sparsity). Training FLOPs = 3 x forward FLOPs (backward = 2 x forward); forward FLOPs of a batch,
 counting padded positions (they are computed), with S = B x source length and T = B x target length:
@@ -35,6 +57,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections import Counter
 from statistics import median
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -42,6 +65,7 @@ sys.path.insert(0, HERE)
 from common import append_results, markdown_table
 
 H200_PEAK_FLOPS = 989e12  # dense fp16/bf16 tensor-core peak
+GEMM_REPEATS = 3  # timed runs of each product shape (after one warm-up); the median counts
 SHAPES = {  # ours' preset, fairseq's arch, (layers, d_model, d_ff, heads)
     "base": ("vaswani_transformer_base", "transformer_wmt_en_de", (6, 512, 2048, 8)),
     "big": ("vaswani_transformer_big", "transformer_vaswani_wmt_en_de_big", (6, 1024, 4096, 16)),
@@ -96,6 +120,11 @@ def build(args):
     return trainer, model, dictionary
 
 
+def shortest(seq_len) -> int:
+    """The shortest real length of a sentence padded to seq_len (L-3, end of sentence included)."""
+    return max(2, seq_len - 3)
+
+
 def batch(args, dictionary, seed):
     """B = max_tokens // L pairs; left-padded sources, right-padded targets (fairseq's defaults)."""
     import torch
@@ -106,7 +135,7 @@ def batch(args, dictionary, seed):
     src = torch.full((b, length), pad)
     prev, target = torch.full((b, length), pad), torch.full((b, length), pad)
     for i in range(b):
-        s, t = torch.randint(max(2, length - 3), length + 1, (2,), generator=g).tolist()
+        s, t = torch.randint(shortest(length), length + 1, (2,), generator=g).tolist()
         src[i, length - s:] = torch.cat([torch.randint(4, len(dictionary), (s - 1,), generator=g),
                                          torch.tensor([eos])])
         words = torch.randint(4, len(dictionary), (t - 1,), generator=g)
@@ -118,21 +147,97 @@ def batch(args, dictionary, seed):
     return sample, int(src.ne(pad).sum()) + ntokens
 
 
-def train_flops(args, sample) -> float:
-    """Training FLOPs of one step by the formula in the module docstring."""
+def step_flops(args, b, src_len, tgt_len) -> float:
+    """Training FLOPs of one step of b sentence pairs padded to src_len and tgt_len (module docstring)."""
     layers, d, d_ff, _ = SHAPES[args.shape][2]
-    b, ls = sample["net_input"]["src_tokens"].shape
-    lt = sample["target"].size(1)
-    s, t = b * ls, b * lt
+    s, t = b * src_len, b * tgt_len
     forward = 2 * (s * layers * (4 * d * d + 2 * d * d_ff) + t * layers * (6 * d * d + 2 * d * d_ff)
                    + s * layers * 2 * d * d + t * args.vocab * d
-                   + 2 * d * (s * ls * layers + t * lt * layers + t * ls * layers))
+                   + 2 * d * (s * src_len * layers + t * tgt_len * layers + t * src_len * layers))
     return 3.0 * forward
 
 
-def child(args):
-    """One measurement: warm-up steps, then timed steps; prints one JSON line."""
+def train_flops(args, sample) -> float:
+    """Training FLOPs of one step on `sample` by the formula in the module docstring."""
+    b, src_len = sample["net_input"]["src_tokens"].shape
+    return step_flops(args, b, src_len, sample["target"].size(1))
+
+
+def _with_backward(count, batch, n, k, m, second_transposed):
+    """A forward product [n, k] x [k, m] and its two backward products, each as
+    (count, batch, n, k, m, first operand transposed, second operand transposed)."""
+    if second_transposed:  # x Wᵀ (F.linear, attention scores q kᵀ): dX = g W, dW = gᵀ x
+        return [(count, batch, n, k, m, False, True), (count, batch, n, m, k, False, False),
+                (count, batch, m, n, k, True, False)]
+    # a b (attention's weighted sum p v): da = g bᵀ, db = aᵀ g
+    return [(count, batch, n, k, m, False, False), (count, batch, n, m, k, False, True),
+            (count, batch, k, n, m, True, False)]
+
+
+def step_products(args, b, src_len, tgt_len):
+    """Every matrix product of one training step (module docstring), identical ones merged: a list of
+    (count, batch, n, k, m, first transposed, second transposed), `count` times [batch x] [n, k] x [k, m]."""
+    layers, d, d_ff, heads = SHAPES[args.shape][2]
+    s, t, d_head = b * src_len, b * tgt_len, d // heads
+    linears = [(4 * layers, s, d, d), (layers, s, d, d_ff), (layers, s, d_ff, d),  # encoder q k v out, FFN
+               (6 * layers, t, d, d), (2 * layers, s, d, d),  # decoder q k v out, cross q out; cross k v
+               (layers, t, d, d_ff), (layers, t, d_ff, d), (1, t, d, args.vocab)]  # decoder FFN, output
+    products = [p for count, n, k, m in linears for p in _with_backward(count, 1, n, k, m, True)]
+    for lq, lk in ((src_len, src_len), (tgt_len, tgt_len), (tgt_len, src_len)):  # enc self, dec self, cross
+        products += _with_backward(layers, b * heads, lq, d_head, lk, True)  # scores q kᵀ
+        products += _with_backward(layers, b * heads, lq, lk, d_head, False)  # weighted sum p v
+    merged = Counter()
+    for count, *shape in products:
+        merged[tuple(shape)] += count
+    return [(count, *shape) for shape, count in merged.items()]
+
+
+def gemm_rate(timings) -> float:
+    """FLOP/s over a timing table of (count, FLOPs of one product, seconds of one product): all the
+    FLOPs over all the time, so each product weighs by its share of the step, not one vote each."""
+    return sum(count * flops for count, flops, _ in timings) / sum(count * seconds for count, _, seconds in timings)
+
+
+def _operand(batch, rows, cols, transposed, device, dtype):
+    """A [batch x] rows x cols operand; `transposed`: a view of a dense cols x rows one, as F.linear's
+    autograd hands torch.mm Wᵀ and gᵀ."""
     import torch
+
+    x = (torch.randn(batch, cols, rows, device=device, dtype=dtype).transpose(1, 2) if transposed
+         else torch.randn(batch, rows, cols, device=device, dtype=dtype))
+    return x[0] if batch == 1 else x
+
+
+def gemm_child(args):
+    """Times every product of `step_products` for one in-process batch (B = max_tokens // L pairs, both
+    sides padded to L) in the step's dtype with torch.mm / torch.bmm; prints the GEMM rate."""
+    import torch
+
+    device, dtype = torch.device(args.device), {"fp32": torch.float32, "bf16": torch.bfloat16,
+                                                "fp16": torch.float16}[args.dtype]
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    timings = []
+    for count, batch, n, k, m, first_t, second_t in step_products(args, args.max_tokens // args.seq_len,
+                                                                  args.seq_len, args.seq_len):
+        a, w = _operand(batch, n, k, first_t, device, dtype), _operand(batch, k, m, second_t, device, dtype)
+        product = torch.mm if batch == 1 else torch.bmm
+        seconds = []
+        for _ in range(GEMM_REPEATS + 1):  # the first is a warm-up (allocation, kernel choice)
+            sync()
+            start = time.perf_counter()
+            product(a, w)
+            sync()
+            seconds.append(time.perf_counter() - start)
+        timings.append((count, 2.0 * batch * n * k * m, median(seconds[1:])))
+    print(json.dumps({"gemm_flops_per_s": gemm_rate(timings)}))
+
+
+def child(args):
+    """One measurement: warm-up steps, then timed steps (or the GEMM timing); prints one JSON line."""
+    import torch
+
+    if args.model == "gemm":
+        return gemm_child(args)
 
     trainer, model, dictionary = build(args)
     cuda = args.device == "cuda"
@@ -159,24 +264,48 @@ def child(args):
     peak = (torch.cuda.max_memory_allocated() if cuda
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     print(json.dumps({"tokens_per_s": tokens / elapsed, "tokens_per_cpu_s": tokens / cpu_seconds, "peak_mb": peak / 2 ** 20,
+                      "train_flops_per_s": flops / elapsed,
                       "mfu": flops / elapsed / H200_PEAK_FLOPS if cuda and args.dtype != "fp32" else None,
                       "params": sum(p.numel() for p in model.parameters()), "last_loss": losses[-1],
                       "loss_scale": getattr(getattr(trainer.optimizer, "scaler", None), "loss_scale", None)}))
+
+
+def fail(what, proc):
+    """End the benchmark with one line naming what failed, then the tail of its stderr (no traceback)."""
+    sys.exit(f"train_step.py: error: {what} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
 def run_child(args, model):
     command = [sys.executable, os.path.abspath(__file__), "--child", "--model", model, *args.passthrough]
     proc = subprocess.run(command, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        sys.exit(f"train_step.py: error: the {model} measurement failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        fail(f"the {model} measurement", proc)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def table(args, results):
+GEMM_HEADER = ["GEMM GFLOP/s", "share of GEMM rate"]
+
+
+def gemm_columns(train_flops_per_s, gemm_flops_per_s):
+    """The GEMM rate and the share of it a step reaches: its training FLOP/s over the GEMM rate."""
+    return [f"{gemm_flops_per_s / 1e9:,.1f}", f"{train_flops_per_s / gemm_flops_per_s:.0%}"]
+
+
+def interleaved(args, measure):
+    """{model: [measure(model, repeat), ...]}, run ours, fairseq, ours, fairseq, ... (`--repeats` pairs)."""
+    results = {"ours": [], "fairseq": []}
+    for repeat in range(args.repeats):
+        for model in results:
+            results[model].append(measure(model, repeat))
+            print(f"{model}: {results[model][-1]}", file=sys.stderr, flush=True)
+    return results
+
+
+def table(args, results, gemm_flops_per_s):
     """Medians per model; on CPU also tokens per CPU-second (process time, all threads), which a
-    machine shared with other jobs disturbs much less than wall-clock tokens/s."""
+    machine shared with other jobs disturbs much less than wall-clock tokens/s; then the GEMM share."""
     header = ["model", "params", "src+tgt tokens/s (median)", "ratio", "peak memory MB (median)", "ratio"]
-    header += ["MFU"] if args.device == "cuda" else ["tokens/CPU-s (median)", "ratio"]
+    header += (["MFU"] if args.device == "cuda" else ["tokens/CPU-s (median)", "ratio"]) + GEMM_HEADER
     rows = []
 
     def med(model, key):
@@ -192,7 +321,7 @@ def table(args, results):
         else:
             mfu = results[model][0]["mfu"]
             row.append("n/a (fp32)" if mfu is None else f"{median([r['mfu'] for r in results[model]]):.1%}")
-        rows.append(row)
+        rows.append(row + gemm_columns(med(model, "train_flops_per_s"), gemm_flops_per_s))
     return markdown_table(header, rows)
 
 
@@ -202,20 +331,29 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     p.add_argument("--repeats", type=int, default=3, help="ours/fairseq pairs, run alternately")
-    p.add_argument("--warmup", type=int, default=1, help="untimed steps first (allocator, Adam state)")
-    p.add_argument("--steps", type=int, default=3, help="timed steps per measurement")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps (--cli: updates) first (Adam state)")
+    p.add_argument("--steps", type=int, help="timed steps per measurement (default 3; updates with --cli: 5)")
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--seq-len", type=int, default=32, help="padded sentence length L (real lengths L-3..L)")
     p.add_argument("--vocab", type=int, default=32000, help="joined dictionary size, specials included")
-    p.add_argument("--quick", action="store_true", help="smoke run: tiny shape, 1 pair, 1+1 steps, 512 tokens, "
-                                                        "2k vocabulary, not appended")
+    p.add_argument("--quick", action="store_true", help="smoke run: tiny shape, 1 pair, 1+1 steps (1+2 updates "
+                                                        "with --cli), 512 tokens, 2k vocabulary, not appended")
     p.add_argument("--no-append", action="store_true", help="print the table only")
+    p.add_argument("--cli", action="store_true", help="through fairseq-train runs instead (benchmarks/train_cli.py)")
+    p.add_argument("--cli-data", metavar="DIR", help="--cli: keep the binarized data here and reuse it next time")
+    p.add_argument("--cli-logs", metavar="DIR", help="--cli: keep fairseq-train's logs and time reports here")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--model", choices=["ours", "fairseq"], help=argparse.SUPPRESS)
+    p.add_argument("--model", choices=["ours", "fairseq", "gemm"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.steps is None:
+        args.steps = 5 if args.cli else 3
     if args.quick:
-        args.shape, args.repeats, args.warmup, args.steps = "tiny", 1, 1, 1
+        args.shape, args.repeats, args.warmup, args.steps = "tiny", 1, 1, 2 if args.cli else 1
         args.max_tokens, args.vocab, args.seq_len, args.no_append = 512, 2000, 16, True
+    if args.cli and args.device != "cpu":
+        p.error("--cli measures CPU training (fairseq-train --cpu): leave --device at cpu")
+    if (args.cli_data or args.cli_logs) and not args.cli:
+        p.error("--cli-data and --cli-logs go with --cli")
     if args.device == "cuda" and not args.child:
         import torch
         if not torch.cuda.is_available():
@@ -225,6 +363,8 @@ def parse_args(argv=None):
     for name in ("repeats", "steps", "max_tokens", "seq_len"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.max_tokens < args.seq_len:
+        p.error("--max-tokens must be at least --seq-len (one sentence pair per batch)")
     args.passthrough = [f"--shape={args.shape}", f"--device={args.device}", f"--dtype={args.dtype}",
                         f"--warmup={args.warmup}", f"--steps={args.steps}", f"--max-tokens={args.max_tokens}",
                         f"--seq-len={args.seq_len}", f"--vocab={args.vocab}"]
@@ -235,19 +375,28 @@ def main(argv=None):
     args = parse_args(argv)
     if args.child:
         return child(args)
-    results = {"ours": [], "fairseq": []}
-    for _ in range(args.repeats):
-        for model in ("ours", "fairseq"):  # interleaved: A B A B
-            results[model].append(run_child(args, model))
-            print(f"{model}: {results[model][-1]}", file=sys.stderr, flush=True)
-    text = table(args, results)
+    if args.cli:
+        import train_cli  # imports this module: only here, where the CLI mode is asked for
+
+        results = train_cli.run(args)
+    else:
+        results = interleaved(args, lambda model, _: run_child(args, model))
+    gemm_flops_per_s = run_child(args, "gemm")["gemm_flops_per_s"]
+    text = train_cli.table(results, gemm_flops_per_s) if args.cli else table(args, results, gemm_flops_per_s)
     print(text)
     if not args.no_append:
+        from vaswani_plugin.modules.onednn_linear import backend_summary
+
+        steps = "updates" if args.cli else "timed steps"
         notes = (f"`python benchmarks/train_step.py {' '.join(argv if argv is not None else sys.argv[1:])}`: "
                  f"{args.shape} shape, {args.dtype}, --max-tokens {args.max_tokens} (L = {args.seq_len}), "
                  f"{args.vocab} joined vocabulary, {args.repeats} interleaved pairs of {args.warmup} warm-up + "
-                 f"{args.steps} timed steps; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
-        append_results(f"Training step, {args.shape}, {args.device} {args.dtype}", text, args.device, notes)
+                 f"{args.steps} {steps}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; "
+                 f"the plugin's linear layers: {backend_summary()}.")
+        if args.cli:
+            notes += "\n\n" + train_cli.notes(args, results)
+        mode = ", through fairseq-train" if args.cli else ""
+        append_results(f"Training step, {args.shape}, {args.device} {args.dtype}{mode}", text, args.device, notes)
 
 
 if __name__ == "__main__":
