@@ -132,9 +132,25 @@ def test_gradcheck_float64():
         lambda a, b: fused_output_loss(a, b, target, 0.2, ignore_index=PAD, chunk_tokens=4)[:2], (x, w))
     target[target.eq(PAD)] = 3
     torch.autograd.gradcheck(
-        lambda a, b: _FusedOutputLoss.apply(a, b, target, 0.2, 4, (False, False))[:2], (x, w))
+        lambda a, b: _FusedOutputLoss.apply(a, b, target, 0.2, 4, (False, False), True)[:2], (x, w))
 
 
 def test_bad_shapes_are_named():
     with pytest.raises(ValueError, match="features \\[N, d\\] and weight \\[V, d\\]"):
         fused_output_loss(torch.randn(3, 4), torch.randn(5, 3), torch.zeros(3, dtype=torch.long), 0.1)
+
+
+@pytest.mark.parametrize("on_onednn", [True, False])
+def test_without_count_correct_loss_and_grads_are_the_same_and_no_count_is_made(on_onednn, monkeypatch):
+    """The criterion asks for the argmax count only with --report-accuracy (`max` with indices is the
+    slow reduction); everything else must not move."""
+    monkeypatch.setattr(onednn_linear, "TRAIN_ON_ONEDNN", on_onednn)
+    x, w, target = _inputs()
+    x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    counted = fused_output_loss(x, w, target, 0.1, ignore_index=PAD, chunk_tokens=8)
+    uncounted = fused_output_loss(x2, w2, target, 0.1, ignore_index=PAD, chunk_tokens=8, count_correct=False)
+    assert uncounted[2] is None and int(counted[2]) == int(_unfused(x, w, target, 0.1)[2])
+    torch.testing.assert_close(uncounted[:2], counted[:2], rtol=0, atol=0)
+    counted[0].backward()
+    uncounted[0].backward()
+    assert torch.equal(x.grad, x2.grad) and torch.equal(w.grad, w2.grad)

@@ -138,9 +138,21 @@ def test_without_training_on_onednn_training_products_are_f_linear_and_decoding_
     a, b = torch.randn(6, 8), torch.randn(5, 8)
     assert torch.equal(onednn_linear.matmul_nt(a, b), a @ b.t())
     assert onednn_linear.nt_operand(b.t()).stride() == b.t().stride()  # no dense copy for MKL
+    out, g = torch.randn(5, 8), torch.randn(6, 5)
+    torch.testing.assert_close(onednn_linear.add_matmul_tn_(out.clone(), g, a), out + g.t() @ a)
     assert calls == []
     if onednn_linear.onednn_available():
         onednn_linear.use_onednn_linears_(lin, pack=True)
         with torch.inference_mode():
             torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias))
         assert calls == ["_reorder_linear_weight", "_linear_pointwise"]
+
+
+@pytest.mark.parametrize("on_onednn", [True, False])
+def test_add_matmul_tn_accumulates_a_transposed_product_in_place(monkeypatch, on_onednn):
+    monkeypatch.setattr(onednn_linear, "TRAIN_ON_ONEDNN", on_onednn)
+    out, a, b = torch.randn(7, 3), torch.randn(11, 7), torch.randn(11, 3)
+    expected = out + torch.einsum("nm,nk->mk", a, b)
+    result = onednn_linear.add_matmul_tn_(out, a, b)
+    assert result is out
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)

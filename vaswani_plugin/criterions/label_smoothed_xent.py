@@ -68,7 +68,7 @@ class LabelSmoothedXentCriterion(FairseqCriterion):
         features = self._drop_prefix(features)  # [B, T', d]
         loss, nll_loss, n_correct = fused_output_loss(
             features.reshape(-1, features.size(-1)), decoder.output_projection_weight(), target, self.eps,
-            ignore_index=self.padding_idx)
+            ignore_index=self.padding_idx, count_correct=self.report_accuracy)
         return loss, nll_loss, n_correct, target
 
     def _unfused(self, model, sample):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .onednn_linear import matmul_nt, nt_operand
+from .onednn_linear import add_matmul_tn_, matmul_nt, nt_operand
 
 # Measured on the base shape (4,096 tokens, d 512, V 32k, one AVX-512 CPU thread, forward + backward,
 # CPU seconds): unfused 5.1 s fp32 / 2.5 s bf16 and +1.46 GB peak RSS; chunks of 2,048, 1,024, 512:
@@ -32,14 +32,18 @@ def _logits(x: Tensor, weight: Tensor) -> Tensor:
     return matmul_nt(x, weight).to(_softmax_dtype(x))  # [c, V]
 
 
-def _chunk_forward(z: Tensor, t: Tensor, epsilon: float, off: float):
-    """Logits z [c, V] -> (smoothed loss [c], nll [c], argmax hits [c], log-sum-exp [c], unnormalised
-    probabilities exp(z - max) [c, V] (z's storage) and their row sums [c]).
+def _chunk_forward(z: Tensor, t: Tensor, epsilon: float, off: float, count_correct: bool):
+    """Logits z [c, V] -> (smoothed loss [c], nll [c], argmax hits [c] (None unless `count_correct`),
+    log-sum-exp [c], unnormalised probabilities exp(z - max) [c, V] (z's storage) and their row sums [c]).
 
     With lse = log Σ exp z: nll = lse - z_t and Σ_{c≠t} -log p_c = (V-1) lse - Σ z + z_t, as
-    `label_smoothed_nll_loss` sums them from log-probabilities; no [c, V] log-probability tensor."""
-    top, hits = z.max(dim=-1)  # [c]
-    hits = hits.eq(t)  # argmax of the logits is the argmax of the log-probabilities
+    `label_smoothed_nll_loss` sums them from log-probabilities; no [c, V] log-probability tensor.
+    The argmax only when it is asked for: `max` with indices costs three times `amax` on CPU."""
+    if count_correct:
+        top, hits = z.max(dim=-1)  # [c]
+        hits = hits.eq(t)  # argmax of the logits is the argmax of the log-probabilities
+    else:
+        top, hits = z.amax(dim=-1), None  # [c]
     z = z.sub_(top.unsqueeze(-1))  # [c, V], max 0: exp cannot overflow
     z_sum, z_gold = z.sum(-1), z.gather(-1, t.unsqueeze(-1)).squeeze(-1)  # [c]
     e = z.exp_()  # [c, V]
@@ -67,7 +71,7 @@ def _add_grads(g: Tensor, x: Tensor, weight_t: Tensor | None, rows: slice, grad_
         grad_x[rows] = matmul_nt(g, weight_t)  # [c, d]
     if grad_w is not None:
         if g.dtype == grad_w.dtype:
-            grad_w += matmul_nt(g.t(), x.t())  # [V, d]
+            add_matmul_tn_(grad_w, g, x)  # [V, d]
         else:  # fp32 accumulator over chunks: a bf16 one would round after every chunk
             grad_w += (g.t() @ x).to(grad_w.dtype)  # [V, d]
 
@@ -82,7 +86,7 @@ class _FusedOutputLoss(torch.autograd.Function):
     """Forward: (loss sum, nll sum, n_correct) over non-pad rows. Backward: see fused_output_loss."""
 
     @staticmethod
-    def forward(ctx, features, weight, target, epsilon, chunk_tokens, grads_now):
+    def forward(ctx, features, weight, target, epsilon, chunk_tokens, grads_now, count_correct):
         vocab, fp = weight.size(0), _softmax_dtype(features)
         loss = features.new_zeros((), dtype=fp)
         nll = torch.zeros_like(loss)
@@ -94,10 +98,12 @@ class _FusedOutputLoss(torch.autograd.Function):
         for start in range(0, features.size(0), chunk_tokens):
             rows = slice(start, start + chunk_tokens)
             x, t = features[rows], target[rows]
-            row_loss, row_nll, hits, lse[rows], e, e_sum = _chunk_forward(_logits(x, weight), t, epsilon, off)
+            row_loss, row_nll, hits, lse[rows], e, e_sum = _chunk_forward(_logits(x, weight), t, epsilon, off,
+                                                                          count_correct)
             loss += row_loss.sum()
             nll += row_nll.sum()
-            n_correct += hits.sum()
+            if count_correct:
+                n_correct += hits.sum()
             if any(grads_now):  # gradient of the loss alone (g_loss = 1, g_nll = 0) while p is at hand
                 p_scale = e_sum.reciprocal().unsqueeze(-1)  # [c, 1]: e * p_scale = softmax
                 g = _logit_grad_(e, t, p_scale, off, 1.0 - epsilon - off)
@@ -125,7 +131,7 @@ class _FusedOutputLoss(torch.autograd.Function):
             p = _logits(x, weight).sub_(lse[rows].unsqueeze(-1)).exp_()  # [c, V], recomputed
             g = _logit_grad_(p, t, g_loss + g_nll, g_loss * off, g_loss * (1.0 - eps - off) + g_nll)
             _add_grads(g, x, weight_t, rows, grad_x, grad_w)
-        return grad_x, None if grad_w is None else grad_w.to(weight.dtype), None, None, None, None
+        return grad_x, None if grad_w is None else grad_w.to(weight.dtype), None, None, None, None, None
 
 
 def _scale_stored_grads(ctx, grad_loss, grad_nll):
@@ -149,7 +155,7 @@ def _scale_stored_grads(ctx, grad_loss, grad_nll):
             correction = (off * x.sum(0)).expand_as(gw).clone().index_add_(0, target, x, alpha=-(ctx.epsilon + off))
             gw += g_nll * correction  # [V, d]
         grad_w = gw.to(weight.dtype)
-    return grad_x, grad_w, None, None, None, None
+    return grad_x, grad_w, None, None, None, None, None
 
 
 def fused_output_loss(
@@ -159,12 +165,13 @@ def fused_output_loss(
     epsilon: float,
     ignore_index: int | None = None,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-) -> tuple[Tensor, Tensor, Tensor]:
+    count_correct: bool = True,
+) -> tuple[Tensor, Tensor, Tensor | None]:
     """`label_smoothed_nll_loss(log_softmax(features @ weight.T), target, ...)` without the [N, V] tensors.
 
     features: [N, d] decoder outputs; weight: [V, d] pre-softmax projection (the tied embedding of
     §3.4); target: [N]. Returns (smoothed loss sum, nll sum, number of non-pad rows whose argmax is
-    the target), the first two exactly as `vaswani_plugin.modules.label_smoothed_nll_loss` defines them
+    the target, or None without `count_correct`), the first two exactly as `vaswani_plugin.modules.label_smoothed_nll_loss` defines them
     (1 - ε on the gold class, ε / (V - 1) on each other class, rows equal to `ignore_index` dropped).
 
     Logits are computed `chunk_tokens` rows at a time in the inputs' dtype (so bf16 inputs use bf16
@@ -203,4 +210,6 @@ def fused_output_loss(
         # Gradients in the forward save the backward a third [N, d] x [d, V] matmul. Not for fp16: the
         # unscaled gradient would lose its small probabilities to fp16's range, which loss scaling guards.
         grads_now = (features.requires_grad, weight.requires_grad)
-    return _FusedOutputLoss.apply(features, weight, target, float(epsilon), int(chunk_tokens), grads_now)
+    loss, nll, n_correct = _FusedOutputLoss.apply(features, weight, target, float(epsilon), int(chunk_tokens),
+                                                  grads_now, bool(count_correct))
+    return loss, nll, (n_correct if count_correct else None)

@@ -17,8 +17,8 @@ beam-search shapes on that Xeon).
 - `OneDNNLinear` / `linear(x, weight, bias, packed)`: `F.linear`, through oneDNN for float32 CPU
   tensors: an autograd Function (forward and both backward products) while autograd records, the
   weight packed once (`PackedWeight`) for a model that only decodes;
-- `matmul_nt(a, b)` / `nt_operand(b)`: a @ bᵀ for the fused output loss, through oneDNN where
-  training takes it.
+- `matmul_nt(a, b)`, `add_matmul_tn_(out, a, b)`, `nt_operand(b)`: a @ bᵀ and out += aᵀ b for the
+  fused output loss, through oneDNN where training takes it.
 Anything else (other dtypes, CUDA tensors) takes plain `F.linear`; results equal `F.linear`'s up to
 float rounding (another summation order).
 
@@ -127,6 +127,17 @@ def matmul_nt(a: Tensor, b: Tensor) -> Tensor:
         except _Unusable:
             pass
     return a @ b.t()
+
+
+def add_matmul_tn_(out: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """out += a [N, M]ᵀ @ b [N, k] -> [M, k], in place: oneDNN (through dense copies of aᵀ and bᵀ)
+    where training takes it, else one `addmm_` that accumulates inside the GEMM."""
+    if _train_fp32(a, b, out):
+        try:
+            return out.add_(_linear(a.t(), b.t()))
+        except _Unusable:
+            pass
+    return out.addmm_(a.t(), b)
 
 
 def nt_operand(b: Tensor) -> Tensor:
