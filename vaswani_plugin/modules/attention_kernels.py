@@ -76,10 +76,12 @@ def scaled_dot_product(
     key_padding_mask: [B, S], True at padding. Returns the output [B, H, T, d_k] and, when
     `need_weights`, the weights [B, H, T, S] (after dropout: the ones that multiplied V).
 
-    The explicit kernel when the weights are wanted, and for a `decoding_step` (a few queries against
-    a cache) on CPU, where SDPA's kernel is ~1.7x slower (measured, d_k 64, 1-4 queries against 16-40
-    keys); SDPA otherwise."""
-    explicit = need_weights or (decoding_step and q.device.type == "cpu")
+    The explicit kernel when the weights are wanted, and on CPU for a `decoding_step` (a few queries
+    against a cache), where SDPA's kernel is ~1.7x slower (measured, d_k 64, 1-4 queries against 16-40
+    keys), and for bf16, where SDPA's CPU kernel is ~5x slower than the explicit one's bf16 matmuls
+    (measured on an Intel Xeon with AMX, forward + backward, [128, 8, 32, 64]); SDPA otherwise."""
+    on_cpu = q.device.type == "cpu"
+    explicit = need_weights or (on_cpu and (decoding_step or q.dtype == torch.bfloat16))
     allowed, blind = visible_keys(q, k, key_padding_mask, causal, need_mask=explicit)
     if explicit:
         out, weights = explicit_attention(q, k, v, allowed, blind, dropout_p)
