@@ -56,13 +56,16 @@ def _blas_line() -> str:
 
 
 def git_commit() -> str:
-    """Short commit hash, with '-dirty' when the tree has uncommitted changes ('unknown' outside git)."""
+    """Short commit hash, with '-dirty' when the tree has uncommitted changes other than RESULTS.md
+    ('unknown' outside git)."""
     def git(*args):
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
     try:
         commit = git("rev-parse", "--short", "HEAD")
-        return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+        # RESULTS.md itself does not count: a series of benchmarks appends to it between its runs
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/RESULTS.md")
+        return commit + ("-dirty" if changed else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 

@@ -165,3 +165,24 @@ def test_parsing_benchmark_runs_on_a_small_treebank_and_scores_test_files(tmp_pa
     assert [t.words() for t in predicted] == [t.words() for t in gold] == [t.words() for t in read_treebank(trees["test"])]
     appended = results.read_text(encoding="utf-8")
     assert "## Parsing on the PTB sample: --arch vaswani_pointer_parser" in appended and test_line[0] in appended
+
+
+def test_git_commit_is_dirty_for_changed_code_but_not_for_appended_results(tmp_path, monkeypatch):
+    """A series of benchmarks appends to RESULTS.md between its runs: that alone must not mark the
+    later runs' commit dirty; a changed source file must."""
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "RESULTS.md").write_text("# results\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    monkeypatch.setattr(common, "ROOT", str(tmp_path))
+    clean = common.git_commit()
+    assert not clean.endswith("-dirty") and clean != "unknown"
+    (tmp_path / "benchmarks" / "RESULTS.md").write_text("# results\nappended\n")
+    assert common.git_commit() == clean
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert common.git_commit() == clean + "-dirty"
