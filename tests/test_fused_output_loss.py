@@ -26,23 +26,25 @@ def _unfused(x, w, target, eps):
     return loss, nll, (lprobs.argmax(-1).eq(target) & real).sum()
 
 
-def _both(x, w, target, eps, chunk):
+def _both(x, w, target, eps, chunk, upstream=(2.0, 0.5)):
     x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
     fused = fused_output_loss(x, w, target, eps, ignore_index=PAD, chunk_tokens=chunk)
     ref = _unfused(x2, w2, target, eps)
-    # different upstream weights on loss and nll exercise both terms of the backward
-    (2.0 * fused[0] + 0.5 * fused[1]).backward()
-    (2.0 * ref[0] + 0.5 * ref[1]).backward()
+    # different upstream weights on loss and nll exercise both terms of the backward; (1, 0) is
+    # training's loss.backward(), where the stored gradients are returned as they are
+    (upstream[0] * fused[0] + upstream[1] * fused[1]).backward()
+    (upstream[0] * ref[0] + upstream[1] * ref[1]).backward()
     return fused, ref, (x.grad, w.grad), (x2.grad, w2.grad)
 
 
 @pytest.mark.parametrize("eps", [0.1, 0.0])
 @pytest.mark.parametrize("chunk", [1, 8, 1000])  # many chunks, a ragged last chunk, one chunk
 @pytest.mark.parametrize("on_onednn", [True, False])  # the products' library: AMD's and Intel's choice
-def test_fp32_matches_unfused_loss_nll_accuracy_and_grads(eps, chunk, on_onednn, monkeypatch):
+@pytest.mark.parametrize("upstream", [(2.0, 0.5), (1.0, 0.0)])
+def test_fp32_matches_unfused_loss_nll_accuracy_and_grads(eps, chunk, on_onednn, upstream, monkeypatch):
     monkeypatch.setattr(onednn_linear, "TRAIN_ON_ONEDNN", on_onednn)
     x, w, target = _inputs()
-    (loss, nll, correct), (rloss, rnll, rcorrect), grads, rgrads = _both(x, w, target, eps, chunk)
+    (loss, nll, correct), (rloss, rnll, rcorrect), grads, rgrads = _both(x, w, target, eps, chunk, upstream)
     torch.testing.assert_close(loss, rloss, rtol=1e-5, atol=0)
     torch.testing.assert_close(nll, rnll, rtol=1e-5, atol=0)
     assert int(correct) == int(rcorrect)

@@ -143,6 +143,9 @@ def _scale_stored_grads(ctx, grad_loss, grad_nll):
     scale, g_nll = (grad_loss + grad_nll).to(fp), grad_nll.to(fp)
     off = ctx.epsilon / (weight.size(0) - 1)
     with_nll = bool(g_nll != 0)  # training backpropagates the loss only: skip the correction
+    if not with_nll and bool(scale == 1):  # fp32 training: the stored gradients are the answer, no copies
+        return (None if grad_x is None else grad_x.to(features.dtype)), (None if grad_w is None else
+                                                                          grad_w.to(weight.dtype)), *[None] * 5
     if grad_x is not None:
         gx = grad_x.to(fp) * scale
         if with_nll:
