@@ -16,10 +16,12 @@ from torch import Tensor
 from .onednn_linear import add_matmul_tn_, matmul_nt, nt_operand
 
 # Measured on the base shape (4,096 tokens, d 512, V 32k, one AVX-512 CPU thread, forward + backward,
-# CPU seconds): unfused 5.1 s fp32 / 2.5 s bf16 and +1.46 GB peak RSS; chunks of 2,048, 1,024, 512:
-# 4.4, 4.4, 4.4-4.6 s fp32 / 1.8, 1.85, 1.8 s bf16 and +0.53, 0.28, 0.16 GB (fp32). 1,024 keeps the
-# speed at a fifth of the unfused memory; smaller chunks start to lose fp32 speed.
-DEFAULT_CHUNK_TOKENS = 1024
+# CPU seconds) on an AMD EPYC: unfused 5.1 s fp32 / 2.5 s bf16 and +1.46 GB peak RSS; chunks of 2,048,
+# 1,024, 512: 4.4, 4.4, 4.4-4.6 s fp32 / 1.8, 1.85, 1.8 s bf16 and +0.53, 0.28, 0.16 GB (fp32). On an
+# Intel Xeon (MKL, two threads, whole training steps, 4 runs each): 512 against 1,024 took 5.80-6.34 s
+# against 5.90-6.00 s and peaked 3,543-3,631 MB against 3,648-3,741 MB. The peak of a step is here,
+# at the end of the forward: 512 rows keep the speed with the least memory.
+DEFAULT_CHUNK_TOKENS = 512
 
 
 def _softmax_dtype(x: Tensor) -> torch.dtype:
