@@ -220,14 +220,16 @@ def test_causal_needs_at_least_as_many_keys_as_queries():
         scaled_dot_product(q, q[:, :, :3], q[:, :, :3], causal=True)
 
 
-@pytest.mark.parametrize("dtype, decoding_step, kernel", [(torch.float32, False, "sdpa"), (torch.bfloat16, False, "explicit"),
+@pytest.mark.parametrize("dtype, decoding_step, kernel", [(torch.float32, False, "sdpa"),
+                                                           (torch.bfloat16, False, "explicit"),
                                                            (torch.float32, True, "explicit")])
 def test_the_kernel_chosen_on_cpu(monkeypatch, dtype, decoding_step, kernel):
     """SDPA's CPU kernel is the slower one for a decoding step and for bf16 (attention_kernels docstring)."""
     called = []
     for name in ("sdpa_attention", "explicit_attention"):
         real = getattr(attention_kernels, name)
-        monkeypatch.setattr(attention_kernels, name, lambda *a, _real=real, _name=name: called.append(_name) or _real(*a))
+        monkeypatch.setattr(attention_kernels, name,
+                            lambda *a, _real=real, _name=name: called.append(_name) or _real(*a))
     q = torch.randn(2, 2, 3, 8, dtype=dtype)
     scaled_dot_product(q, q, q, decoding_step=decoding_step)
     assert called == [f"{kernel}_attention"]

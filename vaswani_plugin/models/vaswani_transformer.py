@@ -15,10 +15,10 @@ Departures from the paper, each pinned by a test:
   biases everywhere (issue 12; benchmarks/multi30k_fidelity.sh).
 
 Speed only, same function: the linear-layer backend is chosen in `build_model` (on CPU in fp32,
-oneDNN where it is faster than MKL: `modules.onednn_linear`; the layers then print as OneDNNLinear), and during beam search the
-encoder output is never copied: reorders compose into "memory_rows", which every layer's
-encoder-decoder attention reads through its cache, one K/V per source sentence
-(`modules.attention_cache`).
+oneDNN where it is faster than MKL: `modules.onednn_linear`; the layers then print as
+OneDNNLinear), and during beam search the encoder output is never copied: reorders compose into
+"memory_rows", which every layer's encoder-decoder attention reads through its cache, one K/V per
+source sentence (`modules.attention_cache`).
 """
 import logging
 from dataclasses import dataclass, field

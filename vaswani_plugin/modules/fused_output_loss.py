@@ -145,9 +145,10 @@ def _scale_stored_grads(ctx, grad_loss, grad_nll):
     scale, g_nll = (grad_loss + grad_nll).to(fp), grad_nll.to(fp)
     off = ctx.epsilon / (weight.size(0) - 1)
     with_nll = bool(g_nll != 0)  # training backpropagates the loss only: skip the correction
-    if not with_nll and bool(scale == 1):  # fp32 training: the stored gradients are the answer, no copies
-        return (None if grad_x is None else grad_x.to(features.dtype)), (None if grad_w is None else
-                                                                          grad_w.to(weight.dtype)), *[None] * 5
+    if not with_nll and bool(scale == 1):  # training's loss.backward(): the stored gradients as they are
+        grad_x = None if grad_x is None else grad_x.to(features.dtype)
+        grad_w = None if grad_w is None else grad_w.to(weight.dtype)
+        return grad_x, grad_w, None, None, None, None, None
     if grad_x is not None:
         gx = grad_x.to(fp) * scale
         if with_nll:
@@ -176,8 +177,9 @@ def fused_output_loss(
 
     features: [N, d] decoder outputs; weight: [V, d] pre-softmax projection (the tied embedding of
     §3.4); target: [N]. Returns (smoothed loss sum, nll sum, number of non-pad rows whose argmax is
-    the target, or None without `count_correct`), the first two exactly as `vaswani_plugin.modules.label_smoothed_nll_loss` defines them
-    (1 - ε on the gold class, ε / (V - 1) on each other class, rows equal to `ignore_index` dropped).
+    the target, or None without `count_correct`), the first two exactly as
+    `vaswani_plugin.modules.label_smoothed_nll_loss` defines them (1 - ε on the gold class, ε / (V - 1)
+    on each other class, rows equal to `ignore_index` dropped).
 
     Logits are computed `chunk_tokens` rows at a time in the inputs' dtype (so bf16 inputs use bf16
     matmuls, like the unfused path); the log-softmax is always fp32, as in fairseq's

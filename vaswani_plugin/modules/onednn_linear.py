@@ -85,7 +85,8 @@ def backend_summary() -> str:
     """What the model's build logs: which library runs its linear layers."""
     if not _AVAILABLE:
         return "F.linear"
-    training = "oneDNN" if TRAIN_ON_ONEDNN else "F.linear (MKL: as fast as oneDNN on this Intel CPU, no transposed copies)"
+    training = ("oneDNN" if TRAIN_ON_ONEDNN
+                else "F.linear (MKL: as fast as oneDNN on this Intel CPU, no transposed copies)")
     return f"training in fp32 on CPU: {training}; decoding on CPU: oneDNN with packed weights; F.linear otherwise"
 
 
