@@ -97,3 +97,13 @@ def test_bf16_inputs_stay_bf16():
     assert y.dtype == torch.bfloat16
     y.sum().backward()
     assert x.grad.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("p", [1e-6, 1 - 1e-6])
+def test_a_p_that_rounds_to_0_or_1_takes_f_dropout(p):
+    """2^-15 steps cannot express these: F.dropout's own result, with its seed, and a finite scale."""
+    x = torch.randn(64, 64)
+    torch.manual_seed(6)
+    ours = dropout(x, p, True)
+    torch.manual_seed(6)
+    assert torch.equal(ours, F.dropout(x, p, True)) and torch.isfinite(ours).all()

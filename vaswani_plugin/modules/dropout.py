@@ -14,7 +14,7 @@ output is still the input. That rounding of p is the one departure from `F.dropo
 - `dropout(x, p, training)`: `F.dropout(x, p, training)`;
 - `dropout_add(residual, x, p, training)`: `residual + F.dropout(x, p, training)` in one autograd
   node, the residual connections of §5.4.
-Other devices (CUDA's dropout is one fused kernel) and p outside (0, 1) take `F.dropout`.
+Other devices (CUDA's dropout is one fused kernel) and a p that rounds to 0 or 1 take `F.dropout`.
 """
 import torch
 import torch.nn.functional as F
@@ -37,7 +37,8 @@ def keep_mask(shape, p: float) -> Tensor:
 
 
 def _fast(x: Tensor, p: float, training: bool) -> bool:
-    return training and 0.0 < p < 1.0 and x.device.type == "cpu"
+    """The cheaper mask: on CPU, for a p that does not round to 0 or to 1 (which keeps nothing)."""
+    return training and x.device.type == "cpu" and 0 < drop_threshold(p) < 2 ** _BITS
 
 
 class _MaskedScale(torch.autograd.Function):
