@@ -145,21 +145,18 @@ def _scale_stored_grads(ctx, grad_loss, grad_nll):
     scale, g_nll = (grad_loss + grad_nll).to(fp), grad_nll.to(fp)
     off = ctx.epsilon / (weight.size(0) - 1)
     with_nll = bool(g_nll != 0)  # training backpropagates the loss only: skip the correction
-    if not with_nll and bool(scale == 1):  # training's loss.backward(): the stored gradients as they are
-        grad_x = None if grad_x is None else grad_x.to(features.dtype)
-        grad_w = None if grad_w is None else grad_w.to(weight.dtype)
-        return grad_x, grad_w, None, None, None, None, None
+    unit = bool(scale == 1)  # training's loss.backward(): the stored gradients as they are, no copies
     if grad_x is not None:
-        gx = grad_x.to(fp) * scale
+        gx = grad_x if unit else grad_x.to(fp) * scale
         if with_nll:
-            gx += g_nll * (off * weight.sum(0).to(fp) - (ctx.epsilon + off) * weight[target].to(fp))  # [N, d]
+            gx = gx.to(fp) + g_nll * (off * weight.sum(0).to(fp) - (ctx.epsilon + off) * weight[target].to(fp))  # [N, d]
         grad_x = gx.to(features.dtype)
     if grad_w is not None:
-        gw = grad_w * scale
+        gw = grad_w if unit else grad_w * scale
         if with_nll:
             x = features.to(fp)
             correction = (off * x.sum(0)).expand_as(gw).clone().index_add_(0, target, x, alpha=-(ctx.epsilon + off))
-            gw += g_nll * correction  # [V, d]
+            gw = gw + g_nll * correction  # [V, d]
         grad_w = gw.to(weight.dtype)
     return grad_x, grad_w, None, None, None, None, None
 
