@@ -85,14 +85,18 @@ def build_data(args, directory) -> str:
     return directory
 
 
+def shared_flags(args):
+    """fairseq-train's arguments that both models get, apart from the data, --user-dir and --save-dir."""
+    flags = [*COMMON_FLAGS, "--max-tokens", str(args.max_tokens), "--max-update", str(args.warmup + args.steps)]
+    return flags + (["--bf16"] if args.dtype == "bf16" else [])
+
+
 def run_flags(args, model, data, save_dir):
     """fairseq-train's arguments for `model`; everything but `model_flags` is the same for both."""
     import vaswani_plugin
 
-    flags = [data, "--user-dir", vaswani_plugin.user_dir(), *model_flags(model, args.shape), *COMMON_FLAGS,
-             "--max-tokens", str(args.max_tokens), "--max-update", str(args.warmup + args.steps),
-             "--save-dir", save_dir]
-    return flags + (["--bf16"] if args.dtype == "bf16" else [])
+    return [data, "--user-dir", vaswani_plugin.user_dir(), *model_flags(model, args.shape), *shared_flags(args),
+            "--save-dir", save_dir]
 
 
 def parse_run(args, log, time_report):
@@ -129,14 +133,14 @@ def run_fairseq_train(args, model, data, logs, scratch, repeat):
 
 def table(results, gemm_flops_per_s):
     header = ["model", "params", "wps (median)", "ratio", "wps range", "peak RSS MB (median)", "ratio", *GEMM_HEADER]
-    wps = {model: median(w for run in runs for w in run["wps"]) for model, runs in results.items()}
+    every_wps = {model: [w for run in runs for w in run["wps"]] for model, runs in results.items()}
+    wps = {model: median(values) for model, values in every_wps.items()}
     peak = {model: median(run["peak_mb"] for run in runs) for model, runs in results.items()}
     rows = []
     for model, runs in results.items():
-        every_wps = [w for run in runs for w in run["wps"]]
         flops_per_s = median(f for run in runs for f in run["train_flops_per_s"])
         rows.append([model, f"{runs[0]['params'] / 1e6:.1f}M", f"{wps[model]:,.0f}",
-                     f"{wps[model] / wps['fairseq']:.2f}x", f"{min(every_wps):,.0f}-{max(every_wps):,.0f}",
+                     f"{wps[model] / wps['fairseq']:.2f}x", f"{min(every_wps[model]):,.0f}-{max(every_wps[model]):,.0f}",
                      f"{peak[model]:,.0f}", f"{peak[model] / peak['fairseq']:.2f}x",
                      *gemm_columns(flops_per_s, gemm_flops_per_s)])
     return markdown_table(header, rows)
@@ -157,8 +161,7 @@ def notes(args, results) -> str:
     updates = results["ours"][0]["updates"]
     return (f"Through fairseq-train: {pairs_needed(args)} synthetic pairs of {shortest(args.seq_len)}.."
             f"{args.seq_len} tokens, {args.vocab} joined vocabulary; flags besides `--user-dir`, the model's and "
-            f"`--save-dir`: `{' '.join(COMMON_FLAGS)} --max-tokens {args.max_tokens} "
-            f"--max-update {args.warmup + args.steps}{' --bf16' if args.dtype == 'bf16' else ''}`. wps is fairseq's (target tokens/s), median over "
+            f"`--save-dir`: `{' '.join(shared_flags(args))}`. wps is fairseq's (target tokens/s), median over "
             f"updates {updates[0]}-{updates[-1]} of every run (warm-up: 1-{args.warmup}); peak RSS is "
             "/usr/bin/time's maximum resident set size of the whole process; the GEMM share counts each "
             "update as bsz pairs padded to L (an upper bound) over its time wpb/wps.")
