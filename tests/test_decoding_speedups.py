@@ -3,10 +3,12 @@ or against fairseq's own transformer on the same weights:
 
 - the encoder output is never copied per step: reorders compose into a row index, and the
   encoder-decoder attention keeps one K/V per source sentence (its hypotheses query it together);
-- the self-attention cache reorders only its filled steps, into a second buffer;
+- the self-attention cache reorders only its filled steps, into a second buffer; the beam search's
+  cache moves no K/V at all, a mask of each hypothesis's ancestors instead;
 - decoding steps on CPU take the explicit attention path;
 - linear layers on CPU run through oneDNN (training and packed inference) with F.linear's results.
 """
+import pytest
 import torch
 from conftest import make_dictionary
 from fairseq.sequence_generator import SequenceGenerator
@@ -18,6 +20,7 @@ from vaswani_plugin.modules import (
     use_onednn_linears_,
 )
 from vaswani_plugin.modules import onednn_linear
+from vaswani_plugin.modules.attention_cache import BeamAncestry, BeamSelfAttentionCache
 from vaswani_plugin.modules.onednn_linear import OneDNNLinear, onednn_available
 
 
@@ -37,6 +40,42 @@ def test_self_attention_cache_follows_reorders_that_shrink_the_batch_and_outgrow
             out, _ = attn(history[:, -1:], causal=True, incremental_state=state)
             full, _ = attn(history, causal=True)
             torch.testing.assert_close(out, full[:, -1:], atol=1e-5, rtol=1e-5)
+
+
+def test_beam_cache_attends_to_each_hypothesis_own_history_while_sentences_leave_and_capacity_grows():
+    """One row per sentence at the first step, then 3 hypotheses each continuing any hypothesis of
+    their sentence; sentences leave; 20 steps outgrow the 16-step capacity. Each row's output must
+    equal full causal attention over that row's own history (the inputs of its ancestors)."""
+    attn = FusedSelfAttention(16, 4).eval()
+    g = torch.Generator().manual_seed(1)
+    sentences, beam = 4, 3
+    history = torch.randn(sentences, 1, 16, generator=g)  # step 0: a row per sentence
+    ancestry = BeamAncestry(sentences, beam)
+    state = {}
+    attn.cache.put(state, BeamSelfAttentionCache(ancestry))
+    live, group = list(range(sentences)), 1
+    with torch.no_grad():
+        for step in range(20):
+            out, _ = attn(history[:, -1:], causal=True, incremental_state=state)
+            full, _ = attn(history, causal=True)
+            torch.testing.assert_close(out, full[:, -1:], atol=1e-5, rtol=1e-5)
+            keep = [i for i in range(len(live)) if not (step in (4, 13) and i == 1)]  # sentence 1 of the live ones ends
+            parents = torch.tensor([i * group + int(torch.randint(0, group, (1,), generator=g))
+                                    for i in keep for _ in range(beam)])
+            ancestry.follow(parents, group=beam)
+            if len(keep) < len(live) or group != beam:
+                state[attn.cache.key].keep_sentences(torch.tensor(keep) if len(keep) < len(live) else None, beam)
+            live, group = [live[i] for i in keep], beam
+            history = torch.cat([history[parents], torch.randn(parents.numel(), 1, 16, generator=g)], 1)
+    assert len(live) == 2 and state[attn.cache.key].k.size(2) > 16 * beam
+
+
+def test_beam_cache_keeps_no_self_attention_weights():
+    attn = FusedSelfAttention(8, 2).eval()
+    state = {}
+    attn.cache.put(state, BeamSelfAttentionCache(BeamAncestry(2, 2)))
+    with pytest.raises(ValueError, match="not kept per row"):
+        attn(torch.randn(2, 1, 8), causal=True, incremental_state=state, need_weights=True)
 
 
 def _padding_mask(lengths, width):

@@ -9,10 +9,12 @@ itself, ...). `VaswaniBeamSearch` runs fairseq's search, hypothesis for hypothes
 
 - one hypothesis per sentence at the first step (fairseq decodes beam identical copies and reads
   one), expanded to the beam when the first candidates are chosen;
-- per step, the decoder's caches are reordered directly: the self-attention K and V by one gather
-  each, the encoder-decoder K/V not at all (one per sentence; they shrink only when sentences finish, see
-  `MemoryCache.keep_sentences`), and only the filled columns of the token and score buffers move,
-  into preallocated spares;
+- no K or V moves when hypotheses are reordered: the encoder-decoder K/V are one per sentence and
+  the self-attention's stay where they were computed, each query masked to its own ancestors'
+  (`BeamSelfAttentionCache`, `BeamAncestry`: a step moves [rows, steps x beam] booleans instead of
+  every layer's [rows, H, steps, d_k] K and V); both shrink only when sentences finish
+  (`keep_sentences`); only the filled columns of the token and score buffers move, into
+  preallocated spares;
 - finished hypotheses are collected by tensor ops, without a Python loop per hypothesis, and
   finished sentences leave the batch, as in fairseq;
 - no NaN guard over the log-probabilities (a model that gives NaN is broken either way), and no
@@ -39,7 +41,8 @@ from fairseq import utils
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..modules.attention_cache import MemoryCache, SelfAttentionCache
+from ..modules import FusedSelfAttention
+from ..modules.attention_cache import BeamAncestry, BeamSelfAttentionCache
 
 
 class VaswaniBeamSearch:
@@ -99,7 +102,8 @@ class VaswaniBeamSearch:
         bsz, k, vocab = src_tokens.size(0), self.beam_size, self.vocab_size
         max_len = self._length_limit(src_tokens)
         encoder_out = self.model.encoder.forward_torchscript(net_input)
-        state: Dict = {}  # the decoder's caches (modules.attention_cache), one per attention module
+        ancestry = BeamAncestry(bsz, k, device=src_tokens.device)
+        state = self._caches(ancestry)  # the decoder's caches (modules.attention_cache), one per attention module
         # Row r holds hypothesis r % group of live sentence r // group (group: 1 at the first step, then k).
         tokens = src_tokens.new_full((bsz * k, max_len + 2), self.pad)  # BOS, up to max_len tokens, EOS
         tokens[:, 0] = self.eos
@@ -165,7 +169,10 @@ class VaswaniBeamSearch:
                 torch.index_select(scores[:rows, :step], 0, parents, out=spare_scores[:new_rows, :step])
             spare_scores[:new_rows, step] = cand_scores.reshape(-1)
             tokens, spare_tokens, scores, spare_scores = spare_tokens, tokens, spare_scores, scores
-            self._reorder_caches(state, parents, keep, group_before=group, group=k)
+            ancestry.follow(parents, group=k)
+            if keep is not None or group != k:
+                for cache in state.values():  # the encoder-decoder K/V and the self-attention K/V, per sentence
+                    cache.keep_sentences(keep, k)
             group = k
         return self._collect(bsz, finished)
 
@@ -182,19 +189,14 @@ class VaswaniBeamSearch:
             final = final / (step + 1) ** self.len_penalty
         return sentences, hyp_tokens, positional, final
 
-    @staticmethod
-    def _reorder_caches(state: Dict, parents: Tensor, keep: Optional[Tensor], group_before: int, group: int) -> None:
-        """Row i of the next step continues row parents[i]. The self-attention K/V follow their rows;
-        the encoder-decoder K/V (one per sentence) only drop the sentences that finished and, after
-        the first step, serve k rows each."""
-        for cache in state.values():
-            if isinstance(cache, SelfAttentionCache):
-                cache.reorder(parents)
-            elif isinstance(cache, MemoryCache):
-                if keep is not None or group != group_before:
-                    cache.keep_sentences(keep, group)
-            else:
-                raise TypeError(f"VaswaniBeamSearch cannot reorder a decoder cache of type {type(cache).__name__}")
+    def _caches(self, ancestry: BeamAncestry) -> Dict:
+        """The decoder's incremental state, its self-attention caches made for this search's layout
+        (the encoder-decoder ones, `MemoryCache`, are made by the attention modules at the first step)."""
+        state: Dict = {}
+        for module in self.model.decoder.modules():
+            if isinstance(module, FusedSelfAttention):
+                module.cache.put(state, BeamSelfAttentionCache(ancestry))
+        return state
 
     def _collect(self, bsz: int, finished: List[tuple]) -> List[List[Dict[str, Tensor]]]:
         """fairseq's output: per sentence its hypotheses as dicts, best score first."""
