@@ -249,14 +249,3 @@ def test_softmax_for_short_rows_is_the_softmax_in_values_and_gradients(length):
     (torch.softmax(xr, -1) * g).sum().backward()
     torch.testing.assert_close(x32.grad.double(), xr.grad.nan_to_num(), atol=1e-6, rtol=0)
 
-
-def test_a_mask_per_query_stands_for_padding_and_causal_masks():
-    """`allowed` (beam search's ancestry masks) gives what the padding and causal masks it spells out give."""
-    b, h, t, s, d = 3, 2, 4, 6, 8
-    q, k, v = torch.randn(b, h, t, d), torch.randn(b, h, s, d), torch.randn(b, h, s, d)
-    mask = padding_mask([6, 5, 4], s)
-    allowed = ~mask[:, None, None, :] & torch.ones(t, s, dtype=torch.bool).tril(s - t)  # [B, 1, T, S]
-    out, _ = scaled_dot_product(q, k, v, allowed=allowed, decoding_step=True)
-    torch.testing.assert_close(out.double(), reference_attention(q, k, v, mask, causal=True), atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="instead of key_padding_mask and causal"):
-        scaled_dot_product(q, k, v, causal=True, allowed=allowed)

@@ -3,24 +3,31 @@ or against fairseq's own transformer on the same weights:
 
 - the encoder output is never copied per step: reorders compose into a row index, and the
   encoder-decoder attention keeps one K/V per source sentence (its hypotheses query it together);
-- the self-attention cache reorders only its filled steps, into a second buffer; the beam search's
-  cache moves no K/V at all, a mask of each hypothesis's ancestors instead;
+- the self-attention cache reorders only its filled steps, into a second buffer;
+- the lean beam search's own decoding step (no K/V moved: a mask of each hypothesis's ancestors)
+  equals the layers' full forward;
 - decoding steps on CPU take the explicit attention path;
 - linear layers on CPU run through oneDNN (training and packed inference) with F.linear's results.
 """
+from types import SimpleNamespace
+
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import make_dictionary
 from fairseq.sequence_generator import SequenceGenerator
 from helpers import same_weight_pair
 
 from vaswani_plugin.modules import (
+    DecoderLayer,
     FusedEncoderDecoderAttention,
     FusedSelfAttention,
+    ScaledEmbedding,
     use_onednn_linears_,
 )
 from vaswani_plugin.modules import onednn_linear
-from vaswani_plugin.modules.attention_cache import BeamAncestry, BeamSelfAttentionCache
+from vaswani_plugin.modules.attention_cache import BeamAncestry
+from vaswani_plugin.modules.decoding_step import BeamDecodingStep
 from vaswani_plugin.modules.onednn_linear import OneDNNLinear, onednn_available
 
 
@@ -42,40 +49,49 @@ def test_self_attention_cache_follows_reorders_that_shrink_the_batch_and_outgrow
             torch.testing.assert_close(out, full[:, -1:], atol=1e-5, rtol=1e-5)
 
 
-def test_beam_cache_attends_to_each_hypothesis_own_history_while_sentences_leave_and_capacity_grows():
-    """One row per sentence at the first step, then 3 hypotheses each continuing any hypothesis of
-    their sentence; sentences leave; 20 steps outgrow the 16-step capacity. Each row's output must
-    equal full causal attention over that row's own history (the inputs of its ancestors)."""
-    attn = FusedSelfAttention(16, 4).eval()
+@pytest.mark.parametrize("normalize_before", [False, True])
+def test_beam_decoding_step_equals_the_layers_over_each_hypothesis_history(normalize_before):
+    """The lean search's step (modules.decoding_step): one row per sentence at the first step, then 3
+    hypotheses each continuing any hypothesis of its sentence; sentences leave; 20 steps outgrow the
+    16-step capacity of the caches. Each row's logits must equal the modules' full forward over that
+    row's own tokens, against its own sentence's padded memory."""
+    torch.manual_seed(0)
+    d, heads, vocab, sentences, beam = 16, 4, 11, 4, 3
+    embedding = ScaledEmbedding(torch.nn.Embedding(vocab, d, padding_idx=1))
+    layers = torch.nn.ModuleList(DecoderLayer(d, heads, 32, 0.0, normalize_before=normalize_before) for _ in range(2))
+    final_norm = torch.nn.LayerNorm(d) if normalize_before else None
+    for m in (embedding, layers, final_norm):
+        if m is not None:
+            m.eval()
+    decoder = SimpleNamespace(embedding=embedding, layers=layers, final_norm=final_norm,
+                              output_layer=lambda x: F.linear(x, embedding.embed_tokens.weight))
+    memory, mask = torch.randn(sentences, 6, d), _padding_mask([6, 3, 5, 1], 6)
+
+    def full(tokens, rows):
+        x = embedding(tokens)
+        for layer in layers:
+            x, _ = layer(x, memory[rows], mask[rows])
+        x = x if final_norm is None else final_norm(x)
+        return decoder.output_layer(x[:, -1])
+
     g = torch.Generator().manual_seed(1)
-    sentences, beam = 4, 3
-    history = torch.randn(sentences, 1, 16, generator=g)  # step 0: a row per sentence
     ancestry = BeamAncestry(sentences, beam)
-    state = {}
-    attn.cache.put(state, BeamSelfAttentionCache(ancestry))
+    step_fn = BeamDecodingStep(decoder, memory, mask, ancestry)
+    tokens = torch.full((sentences, 1), 2)  # BOS (EOS) for each sentence, then a row per hypothesis
     live, group = list(range(sentences)), 1
     with torch.no_grad():
         for step in range(20):
-            out, _ = attn(history[:, -1:], causal=True, incremental_state=state)
-            full, _ = attn(history, causal=True)
-            torch.testing.assert_close(out, full[:, -1:], atol=1e-5, rtol=1e-5)
-            keep = [i for i in range(len(live)) if not (step in (4, 13) and i == 1)]  # sentence 1 of the live ones ends
+            rows = torch.tensor(live).repeat_interleave(group)
+            torch.testing.assert_close(step_fn(tokens[:, -1], step), full(tokens, rows), atol=1e-5, rtol=1e-5)
+            keep = [i for i in range(len(live)) if not (step in (4, 13) and i == 1)]  # a sentence ends
             parents = torch.tensor([i * group + int(torch.randint(0, group, (1,), generator=g))
                                     for i in keep for _ in range(beam)])
             ancestry.follow(parents, group=beam)
-            if len(keep) < len(live) or group != beam:
-                state[attn.cache.key].keep_sentences(torch.tensor(keep) if len(keep) < len(live) else None, beam)
+            if len(keep) < len(live):
+                step_fn.keep_sentences(torch.tensor(keep))
             live, group = [live[i] for i in keep], beam
-            history = torch.cat([history[parents], torch.randn(parents.numel(), 1, 16, generator=g)], 1)
-    assert len(live) == 2 and state[attn.cache.key].k.size(2) > 16 * beam
-
-
-def test_beam_cache_keeps_no_self_attention_weights():
-    attn = FusedSelfAttention(8, 2).eval()
-    state = {}
-    attn.cache.put(state, BeamSelfAttentionCache(BeamAncestry(2, 2)))
-    with pytest.raises(ValueError, match="not kept per row"):
-        attn(torch.randn(2, 1, 8), causal=True, incremental_state=state, need_weights=True)
+            tokens = torch.cat([tokens[parents], torch.randint(3, vocab, (parents.numel(), 1), generator=g)], 1)
+    assert len(live) == 2 and step_fn.self_kv[0].k.size(2) > 16 * beam
 
 
 def _padding_mask(lengths, width):

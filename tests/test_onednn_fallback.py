@@ -91,7 +91,7 @@ def test_an_op_that_worked_once_raises_its_later_errors(monkeypatch):
     monkeypatch.setattr(onednn_linear, "_WORKED", {"_linear_pointwise", "_reorder_linear_weight"})
     monkeypatch.setattr(torch.ops, "mkldnn", _failing_namespace())
     with pytest.raises(RuntimeError, match="could not create a primitive"):
-        onednn_linear.linear(torch.randn(2, 8), torch.randn(5, 8))
+        onednn_linear.linear(torch.randn(16, 8), torch.randn(5, 8))  # rows that oneDNN takes on any CPU
     assert onednn_linear.onednn_available()
 
 
@@ -144,9 +144,31 @@ def test_without_training_on_onednn_training_products_are_f_linear_and_decoding_
     assert calls == []
     if onednn_linear.onednn_available():
         onednn_linear.use_onednn_linears_(lin, pack=True)
+        rows = torch.randn(16, 8)  # decoding's batch of hypotheses
         with torch.inference_mode():
-            torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias))
+            torch.testing.assert_close(lin(rows), F.linear(rows, lin.weight, lin.bias))
         assert calls == ["_reorder_linear_weight", "_linear_pointwise"]
+
+
+@pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
+@pytest.mark.parametrize("train_on_onednn, rows, out_features, library", [
+    (False, 4, 8, "MKL"),  # a few rows, a small weight, MKL at full speed: oneDNN's per-call cost shows
+    (False, 15, 2 ** 15, "MKL"),  # 2^15 x 8 = 2^18 elements: still small
+    (False, 16, 8, "oneDNN"),  # enough rows
+    (False, 4, 2 ** 15 + 1, "oneDNN"),  # a weight beyond L2 (the output projection) gains from packing
+    (True, 4, 8, "oneDNN"),  # MKL's slow path (off Intel): oneDNN everywhere
+])
+def test_decoding_takes_mkl_for_a_few_rows_against_a_small_weight(monkeypatch, train_on_onednn, rows, out_features,
+                                                                   library):
+    monkeypatch.setattr(onednn_linear, "TRAIN_ON_ONEDNN", train_on_onednn)
+    lin = onednn_linear.use_onednn_linears_(torch.nn.Linear(8, out_features), pack=True)
+    calls = []
+    real_call = onednn_linear._call
+    monkeypatch.setattr(onednn_linear, "_call", lambda name, *args: calls.append(name) or real_call(name, *args))
+    x = torch.randn(rows, 8)
+    with torch.inference_mode():
+        torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+    assert ("_linear_pointwise" in calls) == (library == "oneDNN")
 
 
 @pytest.mark.parametrize("on_onednn", [True, False])

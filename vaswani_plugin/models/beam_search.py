@@ -41,8 +41,8 @@ from fairseq import utils
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..modules import FusedSelfAttention
-from ..modules.attention_cache import BeamAncestry, BeamSelfAttentionCache
+from ..modules.attention_cache import BeamAncestry
+from ..modules.decoding_step import BeamDecodingStep
 
 
 class VaswaniBeamSearch:
@@ -103,7 +103,8 @@ class VaswaniBeamSearch:
         max_len = self._length_limit(src_tokens)
         encoder_out = self.model.encoder.forward_torchscript(net_input)
         ancestry = BeamAncestry(bsz, k, device=src_tokens.device)
-        state = self._caches(ancestry)  # the decoder's caches (modules.attention_cache), one per attention module
+        decode = BeamDecodingStep(self.model.decoder, encoder_out["memory"], encoder_out.get("memory_padding_mask"),
+                                  ancestry)
         # Row r holds hypothesis r % group of live sentence r // group (group: 1 at the first step, then k).
         tokens = src_tokens.new_full((bsz * k, max_len + 2), self.pad)  # BOS, up to max_len tokens, EOS
         tokens[:, 0] = self.eos
@@ -116,8 +117,7 @@ class VaswaniBeamSearch:
         for step in range(max_len + 1):  # one step more than max_len tokens: the EOS
             live = sentence.numel()
             rows = live * group
-            logits = self.model.decoder(tokens[:rows, :step + 1], encoder_out, incremental_state=state)[0]
-            lprobs = utils.log_softmax(logits[:, -1, :], dim=-1)  # [rows, V], float32 as fairseq's
+            lprobs = utils.log_softmax(decode(tokens[:rows, step], step), dim=-1)  # [rows, V], float32 as fairseq's
             lprobs[:, self.pad] = -math.inf
             if self.unk_penalty:
                 lprobs[:, self.unk] -= self.unk_penalty
@@ -170,9 +170,8 @@ class VaswaniBeamSearch:
             spare_scores[:new_rows, step] = cand_scores.reshape(-1)
             tokens, spare_tokens, scores, spare_scores = spare_tokens, tokens, spare_scores, scores
             ancestry.follow(parents, group=k)
-            if keep is not None or group != k:
-                for cache in state.values():  # the encoder-decoder K/V and the self-attention K/V, per sentence
-                    cache.keep_sentences(keep, k)
+            if keep is not None:
+                decode.keep_sentences(keep)
             group = k
         return self._collect(bsz, finished)
 
@@ -188,15 +187,6 @@ class VaswaniBeamSearch:
         if self.normalize_scores:
             final = final / (step + 1) ** self.len_penalty
         return sentences, hyp_tokens, positional, final
-
-    def _caches(self, ancestry: BeamAncestry) -> Dict:
-        """The decoder's incremental state, its self-attention caches made for this search's layout
-        (the encoder-decoder ones, `MemoryCache`, are made by the attention modules at the first step)."""
-        state: Dict = {}
-        for module in self.model.decoder.modules():
-            if isinstance(module, FusedSelfAttention):
-                module.cache.put(state, BeamSelfAttentionCache(ancestry))
-        return state
 
     def _collect(self, bsz: int, finished: List[tuple]) -> List[List[Dict[str, Tensor]]]:
         """fairseq's output: per sentence its hypotheses as dicts, best score first."""

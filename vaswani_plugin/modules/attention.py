@@ -82,16 +82,12 @@ class FusedSelfAttention(_MultiheadBase):
         b, t, _ = x.shape
         q, k, v = (self._split_heads(p) for p in self.qkv_proj(x).chunk(3, dim=-1))  # 3 x [B, H, T, d_k]
         step = incremental_state is not None
-        allowed = None  # a per-query mask, from a beam search's cache (attention_cache.BeamSelfAttentionCache)
         if step:
             cache = self.cache.get(incremental_state)
             if cache is None:
                 cache = self.cache.put(incremental_state, SelfAttentionCache())
-            q, k, v, allowed = cache.arrange(q, k, v)  # k, v: every step so far, [B, H, S, d_k] or per sentence
-            if allowed is not None and need_weights:
-                raise ValueError("self-attention weights are not kept per row by a BeamSelfAttentionCache")
-        out, weights = scaled_dot_product(q, k, v, key_padding_mask, causal and allowed is None, self._dropout_p(),
-                                          need_weights, step, allowed=allowed)
+            k, v = cache.append(k, v)  # 2 x [B, H, S, d_k], S = steps so far
+        out, weights = scaled_dot_product(q, k, v, key_padding_mask, causal, self._dropout_p(), need_weights, step)
         return self.out_proj(self._merge_heads(out, b, t)), weights  # [B, T, d]
 
 

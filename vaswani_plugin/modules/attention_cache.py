@@ -16,11 +16,12 @@ moves every row every step, so each cache here makes that move cheap:
   A search that keeps that layout itself (`models.beam_search`) skips the reorders and tells the
   cache which sentences remain (`keep_sentences`).
 
-Such a search keeps the self-attention's keys and values still too (`BeamSelfAttentionCache`): the
-keys of a sentence's hypotheses stay where they were computed, each hypothesis's query attends to
-all of them, and a mask hides the keys that are not its ancestors' (`BeamAncestry`, one for the
-whole decoder). A step then moves the mask, [rows, steps x beam] booleans, instead of every layer's
-K and V, [rows, H, steps, d_k] floats each, which cost more than the attention that reads them.
+That search's own decoding step (`decoding_step`) keeps the self-attention's keys and values still
+too (`BeamSelfAttentionCache`): the keys of a sentence's hypotheses stay where they were computed,
+each hypothesis's query attends to all of them, and a mask hides the keys that are not its
+ancestors' (`BeamAncestry`, one for the whole decoder). A step then moves the mask, [rows, steps x
+beam] booleans, instead of every layer's K and V, [rows, H, steps, d_k] floats each, which cost
+more than the attention that reads them.
 """
 import itertools
 from typing import Dict, Optional, Tuple
@@ -54,9 +55,8 @@ class SelfAttentionCache:
         self.length = 0
         self.spare = None  # the second buffer a reorder writes into, once it exists
 
-    def arrange(self, q: Tensor, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor, Tensor, None]:
-        """Add the newest step(s) k, v [B, H, T, d_k] -> (q, every step so far as k, v [B, H, length,
-        d_k], None: no mask beyond the causal one)."""
+    def append(self, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
+        """Add the newest step(s) k, v [B, H, T, d_k]; -> every step so far, 2 x [B, H, length, d_k]."""
         new = k.size(2)
         if self.k is None:
             b, h, _, d = k.shape
@@ -71,7 +71,7 @@ class SelfAttentionCache:
         self.k[:, :, self.length:self.length + new] = k
         self.v[:, :, self.length:self.length + new] = v
         self.length += new
-        return q, self.k[:, :, :self.length], self.v[:, :, :self.length], None
+        return self.k[:, :, :self.length], self.v[:, :, :self.length]
 
     def reorder(self, new_order: Tensor) -> None:
         length, rows = self.length, new_order.numel()
@@ -94,7 +94,7 @@ class BeamAncestry:
     step, the beam after it). The key fed in at step t by slot j of a sentence sits at column
     t * beam + j of that sentence's keys; visible [rows, steps, beam] is True at (t, j) where that
     slot at step t held an ancestor of the row's hypothesis (or the hypothesis itself, at the
-    newest step). The search calls `follow` once per step for every layer's cache."""
+    newest step). The search calls `follow` once per step, for every layer's cache."""
 
     def __init__(self, rows: int, beam: int, device=None):
         self.beam, self.group, self.length = beam, 1, 1
@@ -102,10 +102,16 @@ class BeamAncestry:
         self.visible = torch.zeros(rows * beam, 16, beam, dtype=torch.bool, device=device)
         self.visible[:rows, 0, 0] = True  # the first step: one row per sentence, in slot 0
         self.rows = rows
+        self._bias = None
 
-    def allowed(self) -> Tensor:
-        """bool [N, 1, group, length * beam]: the keys each row's query may look at, per sentence."""
-        return self.visible[:self.rows, :self.length].reshape(-1, 1, self.group, self.length * self.beam)
+    def bias(self, heads: int, dtype: torch.dtype) -> Tensor:
+        """[N * heads, group, length * beam]: 0 where a row's query may look, -inf elsewhere, to add to
+        its attention scores (made once a step, for every layer)."""
+        if self._bias is None or self._bias.dtype != dtype:
+            hidden = ~self.visible[:self.rows, :self.length].reshape(-1, 1, self.group, self.length * self.beam)
+            bias = torch.zeros(hidden.shape, dtype=dtype, device=hidden.device).masked_fill_(hidden, float("-inf"))
+            self._bias = bias.expand(-1, heads, -1, -1).reshape(-1, self.group, self.length * self.beam)
+        return self._bias
 
     def follow(self, parents: Tensor, group: int) -> None:
         """Row i of the next step continues row parents[i] of this one (a row of the same sentence)
@@ -117,24 +123,23 @@ class BeamAncestry:
         self.visible[:rows, :length] = visible
         self.visible[:rows, length].view(-1, group, self.beam).copy_(self._own[:group])
         self.rows, self.group, self.length = rows, group, length + 1
+        self._bias = None
 
 
 class BeamSelfAttentionCache:
-    """The self-attention's K and V, [N, H, capacity x beam, d_k], one block per live sentence,
-    never moved by a reorder (`BeamAncestry`, whose rows and steps it follows)."""
+    """One layer's self-attention K and V for `BeamAncestry`'s layout: [N, H, capacity x beam, d_k],
+    one block per live sentence, never moved by a reorder."""
 
     def __init__(self, ancestry: BeamAncestry):
         self.ancestry = ancestry
         self.k = self.v = None
         self.filled = 0  # columns written so far: beam per step
 
-    def arrange(self, q: Tensor, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-        """q, k, v [B, H, 1, d_k] of the newest step -> (q [N, H, group, d_k], k, v [N, H, length x
-        beam, d_k], allowed [N, 1, group, length x beam]); the output's rows come back with
-        `out.transpose(1, 2).reshape(B, 1, d)`, as `MemoryCache.arrange`'s."""
-        a = self.ancestry
-        b, h, _, d = k.shape
-        n, beam, step = b // a.group, a.beam, a.length - 1
+    def append(self, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
+        """k, v [N, H, group, d_k] of the newest step -> the sentences' keys and values so far, 2 x
+        [N * H, length x beam, d_k] (columns as in `BeamAncestry`)."""
+        n, h, group, d = k.shape
+        beam, step = self.ancestry.beam, self.ancestry.length - 1
         if self.k is None:
             self.k, self.v = k.new_empty(n, h, 16 * beam, d), v.new_empty(n, h, 16 * beam, d)
             # The first step fills slot 0 only; the others stay masked, but 0 x garbage V could be NaN.
@@ -142,17 +147,15 @@ class BeamSelfAttentionCache:
         elif (step + 1) * beam > self.k.size(2):  # double the capacity; new columns are written before read
             self.k = torch.cat([self.k, torch.empty_like(self.k)], dim=2)
             self.v = torch.cat([self.v, torch.empty_like(self.v)], dim=2)
-        new = slice(step * beam, step * beam + a.group)
-        self.k[:, :, new] = k.reshape(n, a.group, h, d).transpose(1, 2)  # [N, H, group, d_k]
-        self.v[:, :, new] = v.reshape(n, a.group, h, d).transpose(1, 2)
+        self.k[:, :, step * beam:step * beam + group] = k
+        self.v[:, :, step * beam:step * beam + group] = v
         self.filled = (step + 1) * beam
-        q = q.reshape(n, a.group, h, d).transpose(1, 2)
-        return q, self.k[:, :, :self.filled], self.v[:, :, :self.filled], a.allowed()
+        return (self.k[:, :, :self.filled].reshape(n * h, self.filled, d),
+                self.v[:, :, :self.filled].reshape(n * h, self.filled, d))
 
-    def keep_sentences(self, sentences: Optional[Tensor], group: int) -> None:
-        """Only the K/V of `sentences` (None: all) from now on (`MemoryCache.keep_sentences`)."""
-        if sentences is not None:
-            self.k, self.v = (self._filled_rows(t, sentences) for t in (self.k, self.v))
+    def keep_sentences(self, sentences: Tensor) -> None:
+        """Only the K/V of `sentences` from now on, in that order."""
+        self.k, self.v = (self._filled_rows(t, sentences) for t in (self.k, self.v))
 
     def _filled_rows(self, t: Tensor, sentences: Tensor) -> Tensor:
         out = t.new_empty(sentences.numel(), *t.shape[1:])

@@ -88,13 +88,10 @@ def scaled_dot_product(
     dropout_p: float = 0.0,
     need_weights: bool = False,
     decoding_step: bool = False,
-    allowed: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Optional[Tensor]]:
     """Eq. 1 on the kernel that suits the call. q: [B, H, T, d_k]; k, v: [B, H, S, d_k];
-    key_padding_mask: [B, S], True at padding; or, instead of it and `causal`, `allowed`: bool,
-    broadcastable to [B, H, T, S], True where a query may look, for a caller whose every query sees
-    a key. Returns the output [B, H, T, d_k] and, when `need_weights`, the weights [B, H, T, S]
-    (after dropout: the ones that multiplied V).
+    key_padding_mask: [B, S], True at padding. Returns the output [B, H, T, d_k] and, when
+    `need_weights`, the weights [B, H, T, S] (after dropout: the ones that multiplied V).
 
     The explicit kernel when the weights are wanted, and on CPU for a `decoding_step` (a few queries
     against a cache), where SDPA's kernel is ~1.7x slower (measured, d_k 64, 1-4 queries against 16-40
@@ -102,12 +99,7 @@ def scaled_dot_product(
     (measured on an Intel Xeon with AMX, forward + backward, [128, 8, 32, 64]); SDPA otherwise."""
     on_cpu = q.device.type == "cpu"
     explicit = need_weights or (on_cpu and (decoding_step or q.dtype == torch.bfloat16))
-    if allowed is None:
-        allowed, blind = visible_keys(q, k, key_padding_mask, causal, need_mask=explicit)
-    elif key_padding_mask is not None or causal:
-        raise ValueError("scaled_dot_product takes `allowed` instead of key_padding_mask and causal, not with them")
-    else:
-        blind = None
+    allowed, blind = visible_keys(q, k, key_padding_mask, causal, need_mask=explicit)
     if explicit:
         out, weights = explicit_attention(q, k, v, allowed, blind, dropout_p)
         return out, (weights if need_weights else None)

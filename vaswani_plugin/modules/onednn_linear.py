@@ -9,7 +9,8 @@ Measured on an Intel Xeon (family 6, model 167, AVX-512), two threads: MKL runs 
 oneDNN's primitive needs a dense copy of gᵀ and xᵀ for dW = gᵀ x: MKL 260-330 GFLOP/s for that
 product, oneDNN with its copies 150-170. So training's products take oneDNN only off Intel CPUs
 (`TRAIN_ON_ONEDNN`); decoding's packed weights stay on oneDNN everywhere (5-15% faster than MKL at
-beam-search shapes on that Xeon).
+beam-search shapes on that Xeon), except for a few rows against a small weight on that Xeon, where
+oneDNN's per-call cost shows (`_few_rows_for_mkl`).
 
 - `use_onednn_linears_(module, pack)`: what the model calls where it is built (and again, with
   `pack`, once it only decodes): every CPU `nn.Linear` inside becomes a `OneDNNLinear` (same
@@ -147,6 +148,15 @@ def nt_operand(b: Tensor) -> Tensor:
     return b.contiguous() if _train_fp32(b) else b
 
 
+def _few_rows_for_mkl(rows: int, weight: Tensor) -> bool:
+    """A few rows (a small beam, one sentence) against a weight that fits in L2 take MKL's sgemm
+    where it runs at full speed (where training takes it, `TRAIN_ON_ONEDNN` False): there oneDNN's
+    primitive costs 10-15 us a call more (Intel Xeon, one thread: [4 x 256] x [256 x 256] 21 us
+    against 7, [4 x 512] x [512 x 512] 28 against 19), while larger weights gain from the packed
+    layout ([4 x 512] x [512 x 2048] 186 us against 305; the output projection)."""
+    return not TRAIN_ON_ONEDNN and rows < 16 and weight.numel() <= 2 ** 18
+
+
 class _OneDNNLinear(torch.autograd.Function):
     """y = x Wᵀ + b with dy/dx = g W and dW = gᵀ x, every product through oneDNN."""
 
@@ -193,6 +203,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
                     return F.linear(x, weight, bias)
                 return _OneDNNLinear.apply(x, weight, bias)
             x2 = x.reshape(-1, x.size(-1)).contiguous()  # [N, k]
+            if _few_rows_for_mkl(x2.size(0), weight):
+                return F.linear(x, weight, bias)
             w = weight.contiguous() if packed is None else packed.get(weight)
             return _call("_linear_pointwise", x2, w, bias, "none", [], "").view(*x.shape[:-1], weight.size(0))
         except _Unusable:

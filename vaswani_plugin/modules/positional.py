@@ -61,8 +61,16 @@ class SinusoidalPositions(nn.Module):
     def forward(self, tokens: Tensor, last_step_only: bool = False) -> Tensor:
         """tokens [B, T] -> encodings [B, T, d] (or [B, 1, d] for the newest step)."""
         pos = self.positions(tokens, last_step_only) + self.offset
-        needed = tokens.size(1) + self.offset  # positions never exceed the row length (no device sync)
+        self._cover(tokens.size(1) + self.offset)  # positions never exceed the row length (no device sync)
+        return self.table[pos]
+
+    def at(self, position: int) -> Tensor:
+        """[d]: the encoding of one position, for a decoding step whose rows all hold position+1
+        real tokens (a beam search's: none is padding)."""
+        self._cover(position + self.offset + 1)
+        return self.table[position + self.offset]
+
+    def _cover(self, needed: int) -> None:
         if needed > self.table.size(0):
             grown = sinusoid_table(max(needed, 2 * self.table.size(0)), self.dim, self.layout)
             self.table = grown.to(device=self.table.device, dtype=self.table.dtype)
-        return self.table[pos]

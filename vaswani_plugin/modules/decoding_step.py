@@ -1,0 +1,121 @@
+"""One decoding step of the decoder stack, for the lean beam search (speed only; plain PyTorch).
+
+The maths is the decoder layers' (§3.1-§3.3, `layers.DecoderLayer` in eval mode: no dropout) for
+one new token per hypothesis. It is written for `models.beam_search`'s layout (each live sentence's
+hypotheses in consecutive rows, `attention_cache.BeamAncestry`) with fewer and larger operations
+than the modules' general forward, between whose GEMMs a step spent most of its other time
+(issue 15's profiles):
+- every tensor is [rows, d], with no [B, T, d] views, and the modules' parameters are used directly;
+- attention is one batched product per sentence and head: the queries of a sentence's hypotheses
+  against its keys together; the masks (the hypotheses' ancestry, the source padding) are made
+  once a step or once a batch for every layer, as 0 / -inf to add to the scores;
+- the self-attention's K and V never move (`BeamSelfAttentionCache`), and the encoder-decoder K/V
+  are projected once per sentence.
+Every source sentence has at least one real token (fairseq appends EOS), so no query is blind.
+`tests/test_decoding_speedups.py` holds it equal to the modules' full forward over each
+hypothesis's history; the beam-search parity tests hold the search equal to fairseq's.
+"""
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention_cache import BeamAncestry, BeamSelfAttentionCache
+from .attention_kernels import softmax_lastdim
+
+
+def _per_head(x: Tensor, n: int, heads: int) -> Tensor:
+    """[n * g, heads * d_k] (g rows per sentence) -> [n * heads, g, d_k]: a batch entry per sentence and head."""
+    d_k = x.size(-1) // heads
+    return x.view(n, -1, heads, d_k).transpose(1, 2).reshape(-1, x.size(0) // n, d_k)
+
+
+def _per_row(x: Tensor, n: int) -> Tensor:
+    """The inverse of `_per_head`: [n * heads, g, d_k] -> [n * g, heads * d_k]."""
+    g, d_k = x.shape[1:]
+    return x.view(n, -1, g, d_k).transpose(1, 2).reshape(n * g, -1)
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float) -> Tensor:
+    """Eq. 1 per batch entry, softmax(q kᵀ scale + bias) v: q [b, g, d_k]; k, v [b, S, d_k]; bias
+    (0 or -inf) broadcast to [b, g, S] -> [b, g, d_k]. Scaled, then masked, as `explicit_attention`
+    does: `baddbmm` would round once where it rounds twice, which moves bf16 scores."""
+    scores = torch.bmm(q, k.transpose(1, 2)).mul_(scale).add_(bias)  # [b, g, S]
+    return torch.bmm(softmax_lastdim(scores).to(v.dtype), v)
+
+
+def _residual(block: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    """`layers._Residual.close` without dropout: LayerNorm(x + y) post-LN, x + y pre-LN."""
+    return x + y if block.normalize_before else block.norm(x + y)
+
+
+def _sublayer_input(block: nn.Module, x: Tensor) -> Tensor:
+    """`layers._Residual.open`: LayerNorm(x) pre-LN, x post-LN."""
+    return block.norm(x) if block.normalize_before else x
+
+
+class BeamDecodingStep:
+    """Called once per step with the newest token of every row -> logits [rows, V]. `decoder` is a
+    `VaswaniDecoder` (its `embedding`, `layers`, `final_norm` and `output_layer`); memory [N, S, d]
+    and memory_padding_mask [N, S] (True at padding, or None) are the encoder's output."""
+
+    def __init__(self, decoder: nn.Module, memory: Tensor, memory_padding_mask: Optional[Tensor],
+                 ancestry: BeamAncestry):
+        self.embedding, self.layers, self.final_norm = decoder.embedding, decoder.layers, decoder.final_norm
+        self.output_layer: Callable[[Tensor], Tensor] = decoder.output_layer
+        self.ancestry = ancestry
+        attn = self.layers[0].self_attn
+        self.heads, self.scale = attn.num_heads, attn.head_dim ** -0.5
+        n, s, _ = memory.shape
+        self.self_kv = [BeamSelfAttentionCache(ancestry) for _ in self.layers]
+        self.memory_kv = []  # per layer: K, V [N, H, S, d_k], projected once per sentence (§3.2.3)
+        for layer in self.layers:
+            k, v = layer.cross_attn.kv_proj(memory).chunk(2, dim=-1)  # 2 x [N, S, d]
+            self.memory_kv.append([_per_head(t.reshape(n * s, -1), n, self.heads).view(n, self.heads, s, -1)
+                                   for t in (k, v)])
+        self.memory_padding_mask = memory_padding_mask
+        self.memory_bias = self._memory_bias(memory.dtype)
+
+    def _memory_bias(self, dtype: torch.dtype) -> Tensor:
+        """[N * H, 1, S]: -inf at the source padding, 0 elsewhere ([1, 1, 1] zeros without padding)."""
+        mask = self.memory_padding_mask
+        if mask is None:
+            return torch.zeros(1, 1, 1, dtype=dtype, device=self.memory_kv[0][0].device)
+        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, float("-inf"))
+        return bias[:, None, None, :].expand(-1, self.heads, -1, -1).reshape(-1, 1, mask.size(1))
+
+    def keep_sentences(self, sentences: Tensor) -> None:
+        """Only `sentences` (indices of the live ones, in order) go on."""
+        for cache in self.self_kv:
+            cache.keep_sentences(sentences)
+        self.memory_kv = [[t.index_select(0, sentences) for t in kv] for kv in self.memory_kv]
+        if self.memory_padding_mask is not None:
+            self.memory_padding_mask = self.memory_padding_mask.index_select(0, sentences)
+            self.memory_bias = self._memory_bias(self.memory_bias.dtype)
+
+    def __call__(self, tokens: Tensor, step: int) -> Tensor:
+        """tokens [rows]: the token each row feeds in at `step` -> logits [rows, V]."""
+        n, heads, scale = tokens.numel() // self.ancestry.group, self.heads, self.scale
+        emb = self.embedding  # §3.4, §3.5: every row holds step + 1 real tokens, so one position for all
+        x = F.embedding(tokens, emb.embed_tokens.weight) * emb.scale + emb.positions.at(step)  # [rows, d]
+        self_bias = self.ancestry.bias(heads, x.dtype)  # [N * H, group, steps x beam]
+        for layer, cache, (memory_k, memory_v) in zip(self.layers, self.self_kv, self.memory_kv):
+            # masked self-attention: this step's K, V join the sentence's; each query sees its ancestors'
+            h = _sublayer_input(layer.self_attn_block, x)
+            q, k, v = _per_head(layer.self_attn.qkv_proj(h), n, 3 * heads).view(n, 3, heads, -1, h.size(-1) // heads
+                                                                                  ).unbind(1)  # 3 x [N, H, g, d_k]
+            keys, values = cache.append(k, v)  # 2 x [N * H, steps x beam, d_k]
+            out = _attend(q.reshape(n * heads, -1, q.size(-1)), keys, values, self_bias, scale)
+            x = _residual(layer.self_attn_block, x, layer.self_attn.out_proj(_per_row(out, n)))
+            # encoder-decoder attention
+            h = _sublayer_input(layer.cross_attn_block, x)
+            q = _per_head(layer.cross_attn.q_proj(h), n, heads)  # [N * H, g, d_k]
+            out = _attend(q, memory_k.flatten(0, 1), memory_v.flatten(0, 1), self.memory_bias, scale)
+            x = _residual(layer.cross_attn_block, x, layer.cross_attn.out_proj(_per_row(out, n)))
+            # position-wise feed-forward (Eq. 2)
+            h = _sublayer_input(layer.ffn_block, x)
+            x = _residual(layer.ffn_block, x, layer.ffn.fc2(layer.ffn.fc1(h).relu_()))
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return self.output_layer(x)  # [rows, V]
