@@ -12,7 +12,7 @@ from fairseq.sequence_generator import SequenceGenerator
 from helpers import same_weight_pair
 
 from vaswani_plugin.errors import ConfigError
-from vaswani_plugin.models.beam_search import VaswaniBeamSearch
+from vaswani_plugin.models.beam_search import VaswaniBeamSearch, top_candidates
 from vaswani_plugin.modules import FusedEncoderDecoderAttention
 
 FLAGS = ["--encoder-layers", "2", "--decoder-layers", "2", "--d-model", "32", "--d-ff", "64", "--attention-heads", "4",
@@ -118,3 +118,22 @@ def test_encoder_decoder_cache_told_which_sentences_remain_equals_per_row_copies
             torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
         assert cache.k.size(0) == 2
+
+
+@pytest.mark.parametrize("vocab", [7800, 1024, 1040])  # 1024: only whole blocks of 128; the others a short last one
+@pytest.mark.parametrize("group", [1, 4])
+@pytest.mark.parametrize("with_scores", [False, True])
+def test_candidates_from_the_best_blocks_are_the_top_k_of_every_sum(vocab, group, with_scores):
+    """`top_candidates` against torch.topk over all of (lprobs + cumulative score), fairseq's way."""
+    g = torch.Generator().manual_seed(vocab + group)
+    live, c = 6, 8
+    lprobs = torch.log_softmax(4 * torch.randn(live * group, vocab, generator=g), -1)
+    lprobs[:, 1] = float("-inf")  # pad, as the search masks it
+    lprobs[0, 128:136] = 5.0 + torch.arange(8.0)  # a sentence whose c best lie in one block
+    lprobs[-1, -3:] = torch.tensor([6.1, 6.3, 6.2])  # ... and one whose best are the last tokens (no ties)
+    offsets = 3 * torch.randn(live * group, 1, generator=g) if with_scores else None
+    total = lprobs if offsets is None else lprobs + offsets
+    expected = torch.topk(total.view(live, group * vocab), c)
+    scores, indices = top_candidates(lprobs, offsets, group, c)
+    assert torch.equal(indices, expected.indices)
+    assert torch.equal(scores, expected.values)  # the same float sums

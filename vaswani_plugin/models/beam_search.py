@@ -34,7 +34,7 @@ few ulps, which changes a hypothesis only where two candidates tie to that preci
 constraints or another BOS token (which it does not do) is handed to fairseq's generator.
 """
 import math
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq import utils
@@ -43,6 +43,40 @@ from torch import Tensor
 from ..errors import ConfigError
 from ..modules.attention_cache import BeamAncestry
 from ..modules.decoding_step import BeamDecodingStep
+
+
+_BLOCK = 128  # tokens per block in `top_candidates`
+
+
+def top_candidates(lprobs: Tensor, offsets: Optional[Tensor], group: int, c: int) -> Tuple[Tensor, Tensor]:
+    """fairseq's candidates, `torch.topk((lprobs + offsets).view(live, group * V), c)`: per sentence,
+    the c best (row, token) of its group rows by log-probability + the row's cumulative score
+    (offsets [rows, 1]; None: 0), best first, with indices into group * V. Exact up to the order of
+    equal scores, without adding to or sorting all of [rows, V]: first the maximum of every block of
+    128 tokens, then the tokens of the c best blocks only. The c best candidates lie in those blocks:
+    a block left out has c blocks at least as good above it, each holding a candidate as good as
+    anything in it. The candidates' scores are the same float sums as fairseq's."""
+    rows, vocab = lprobs.shape
+    live, full = rows // group, vocab // _BLOCK
+    if full < c:  # a small vocabulary: one pass
+        flat = lprobs if offsets is None else lprobs + offsets
+        return torch.topk(flat.view(live, group * vocab), c)
+    heads = lprobs[:, :full * _BLOCK].view(rows, full, _BLOCK).amax(-1)  # [rows, blocks]
+    if full * _BLOCK < vocab:
+        heads = torch.cat([heads, lprobs[:, full * _BLOCK:].amax(-1, keepdim=True)], dim=1)
+    blocks = heads.size(1)
+    if offsets is not None:
+        heads = heads + offsets
+    best = heads.view(live, group * blocks).topk(c, sorted=False).indices  # [live, c] a sentence's blocks
+    row = torch.div(best, blocks, rounding_mode="trunc")  # [live, c] row within the sentence
+    cols = (best % blocks).unsqueeze(-1) * _BLOCK + torch.arange(_BLOCK, device=best.device)  # [live, c, 128]
+    within = (row.unsqueeze(-1) * vocab + cols.clamp(max=vocab - 1)).view(live, -1)  # [live, c * 128]
+    values = lprobs.view(live, group * vocab).gather(1, within)
+    if offsets is not None:
+        values = values + offsets.view(live, group).gather(1, row).repeat_interleave(_BLOCK, dim=1)
+    values.masked_fill_((cols >= vocab).view(live, -1), float("-inf"))  # the last block's columns past V
+    cand_scores, pick = values.topk(c)
+    return cand_scores, within.gather(1, pick)
 
 
 class VaswaniBeamSearch:
@@ -126,10 +160,8 @@ class VaswaniBeamSearch:
                 lprobs[:, self.eos + 1:] = -math.inf
             elif step < self.min_len:
                 lprobs[:, self.eos] = -math.inf
-            if step > 0:
-                lprobs += scores[:rows, step - 1:step]
-            flat = lprobs.view(live, group * vocab)
-            cand_scores, cand = torch.topk(flat, k=min(2 * k, flat.size(1) - 1))  # [live, C]
+            offsets = scores[:rows, step - 1:step] if step > 0 else None  # [rows, 1] the cumulative scores
+            cand_scores, cand = top_candidates(lprobs, offsets, group, min(2 * k, group * vocab - 1))  # [live, C]
             cand_tokens = cand.fmod(vocab)
             cand_rows = torch.div(cand, vocab, rounding_mode="trunc") + (
                 torch.arange(live, device=cand.device).unsqueeze(1) * group)  # the row each extends
