@@ -9,12 +9,14 @@ itself, ...). `VaswaniBeamSearch` runs fairseq's search, hypothesis for hypothes
 
 - one hypothesis per sentence at the first step (fairseq decodes beam identical copies and reads
   one), expanded to the beam when the first candidates are chosen;
-- no K or V moves when hypotheses are reordered: the encoder-decoder K/V are one per sentence and
-  the self-attention's stay where they were computed, each query masked to its own ancestors'
-  (`BeamSelfAttentionCache`, `BeamAncestry`: a step moves [rows, steps x beam] booleans instead of
-  every layer's [rows, H, steps, d_k] K and V); both shrink only when sentences finish
-  (`keep_sentences`); only the filled columns of the token and score buffers move, into
-  preallocated spares;
+- the decoder runs as `modules.decoding_step.BeamDecodingStep`: the layers' maths for one token per
+  hypothesis in fewer, larger operations, where no K or V moves when hypotheses are reordered (the
+  encoder-decoder K/V are one per sentence, the self-attention's stay where they were computed,
+  each query masked to its own ancestors': a step moves [rows, steps x beam] booleans, not every
+  layer's [rows, H, steps, d_k] K and V); they shrink only when sentences finish; only the filled
+  columns of the token and score buffers move, into preallocated spares;
+- the 2 x beam candidates come from the best 128-token blocks (`top_candidates`), without adding
+  the scores to all of [rows, V] and sorting it;
 - finished hypotheses are collected by tensor ops, without a Python loop per hypothesis, and
   finished sentences leave the batch, as in fairseq;
 - no NaN guard over the log-probabilities (a model that gives NaN is broken either way), and no

@@ -67,7 +67,9 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention, feed-forward (§3.1)."""
+    """Masked self-attention, encoder-decoder attention, feed-forward (§3.1). The lean beam search
+    runs the same maths for one token per hypothesis as `decoding_step.BeamDecodingStep` (a change
+    here goes there too; tests/test_decoding_speedups.py holds the two equal)."""
 
     def __init__(self, d_model, num_heads, d_ff, dropout, attention_dropout=0.0, relu_dropout=0.0,
                  normalize_before=False):
