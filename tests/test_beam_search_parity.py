@@ -3,7 +3,7 @@
 the same tokens, in the same order, with scores and positional scores within 1e-5, for ragged
 batches whose sentences finish at different steps and at the length limit, beams 1, 4 and 8, the
 length options fairseq-generate passes (--max-len-a/-b, --min-len, --lenpen, --unnormalized,
---unkpen) and bfloat16; plus the cache shortcut it relies on, against per-row copies.
+--unkpen) and bfloat16; plus its candidate selection, against the top-k of every sum.
 """
 import pytest
 import torch
@@ -13,7 +13,6 @@ from helpers import same_weight_pair
 
 from vaswani_plugin.errors import ConfigError
 from vaswani_plugin.models.beam_search import VaswaniBeamSearch, top_candidates
-from vaswani_plugin.modules import FusedEncoderDecoderAttention
 
 FLAGS = ["--encoder-layers", "2", "--decoder-layers", "2", "--d-model", "32", "--d-ff", "64", "--attention-heads", "4",
          "--share-all-embeddings"]
@@ -99,25 +98,6 @@ def test_prefix_tokens_are_handed_to_fairseqs_generator(model_and_batch):
     reference = SequenceGenerator([model], d, beam_size=3, max_len_b=8).generate([model], sample, prefix_tokens=prefix)
     assert_same(ours, reference)
     assert all(h["tokens"][:2].tolist() == [d.nspecial + 3] * 2 for hyps in ours for h in hyps)
-
-
-def test_encoder_decoder_cache_told_which_sentences_remain_equals_per_row_copies():
-    attn = FusedEncoderDecoderAttention(16, 4).eval()
-    memory = torch.randn(3, 7, 16)
-    mask = torch.arange(7)[None, :] >= torch.tensor([7, 4, 2])[:, None]  # [N, S], True at padding
-    state = {}
-    with torch.no_grad():
-        attn(torch.randn(3, 1, 16), memory, mask, incremental_state=state)  # the first step: a row per sentence
-        cache = attn.cache.get(state)
-        for sentences, rows in ((None, torch.arange(3).repeat_interleave(4)),  # then 4 rows each
-                                (torch.tensor([0, 2]), torch.tensor([0, 0, 0, 0, 2, 2, 2, 2]))):  # sentence 1 is done
-            cache.keep_sentences(sentences, 4)
-            x = torch.randn(rows.numel(), 1, 16)
-            out, weights = attn(x, memory, mask, incremental_state=state, need_weights=True)
-            ref, ref_weights = attn(x, memory[rows], mask[rows], need_weights=True)
-            torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
-        assert cache.k.size(0) == 2
 
 
 @pytest.mark.parametrize("vocab", [7800, 1024, 1040])  # 1024: only whole blocks of 128; the others a short last one

@@ -13,11 +13,10 @@ moves every row every step, so each cache here makes that move cheap:
   are fairseq's layout (each sentence's g hypotheses consecutive) the g queries of a sentence attend
   to its K/V together, with no gather at all. The encoder's `reorder_encoder_out` composes the
   reorders into "memory_rows", which the decoder hands to every layer: those are the first `rows`.
-  A search that keeps that layout itself (`models.beam_search`) skips the reorders and tells the
-  cache which sentences remain (`keep_sentences`).
 
-That search's own decoding step (`decoding_step`) keeps the self-attention's keys and values still
-too (`BeamSelfAttentionCache`): the keys of a sentence's hypotheses stay where they were computed,
+The lean beam search (`models.beam_search`) keeps that layout itself and decodes with its own step
+(`decoding_step`), which keeps the self-attention's keys and values still too
+(`BeamSelfAttentionCache`): the keys of a sentence's hypotheses stay where they were computed,
 each hypothesis's query attends to all of them, and a mask hides the keys that are not its
 ancestors' (`BeamAncestry`, one for the whole decoder). A step then moves the mask, [rows, steps x
 beam] booleans, instead of every layer's K and V, [rows, H, steps, d_k] floats each, which cost
@@ -191,17 +190,6 @@ class MemoryCache:
                 self.k, self.v = self.k.index_select(0, used), self.v.index_select(0, used)
                 self.mask = None if self.mask is None else self.mask.index_select(0, used)
         self._set_rows(rows)
-
-    def keep_sentences(self, sentences: Optional[Tensor], group: int) -> None:
-        """A beam search that keeps its rows in fairseq's layout (`models.beam_search`) says so instead
-        of reordering: from now on the K/V of `sentences` only (None: all, as they are), in that
-        order, each read by `group` consecutive rows. No gather and no check per step."""
-        if sentences is not None:
-            self.k, self.v = self.k.index_select(0, sentences), self.v.index_select(0, sentences)
-            self.mask = None if self.mask is None else self.mask.index_select(0, sentences)
-        n = self.k.size(0)
-        self.rows = None if group == 1 else torch.arange(n, device=self.k.device).repeat_interleave(group)
-        self.group = group
 
     def arrange(self, q: Tensor, num_heads: int) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
         """Projected queries q [B, T, d] -> (q, k, v, mask) for the kernel: grouped, q [N, H, g*T, d_k]
