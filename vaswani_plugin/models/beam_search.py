@@ -39,7 +39,6 @@ import math
 from typing import Dict, List, Optional, Tuple
 
 import torch
-from fairseq import utils
 from torch import Tensor
 
 from ..errors import ConfigError
@@ -153,7 +152,8 @@ class VaswaniBeamSearch:
         for step in range(max_len + 1):  # one step more than max_len tokens: the EOS
             live = sentence.numel()
             rows = live * group
-            lprobs = utils.log_softmax(decode(tokens[:rows, step], step), dim=-1)  # [rows, V], float32 as fairseq's
+            logits = decode(tokens[:rows, step], step).float()  # [rows, V]; the log-probabilities float32 as fairseq's
+            lprobs = torch.log_softmax(logits, dim=-1, out=logits)  # in place: no second [rows, V] buffer
             lprobs[:, self.pad] = -math.inf
             if self.unk_penalty:
                 lprobs[:, self.unk] -= self.unk_penalty
