@@ -5,7 +5,8 @@ one new token per hypothesis. It is written for `models.beam_search`'s layout (e
 hypotheses in consecutive rows, `attention_cache.BeamAncestry`) with fewer and larger operations
 than the modules' general forward, between whose GEMMs a step spent most of its other time
 (issue 15's profiles):
-- every tensor is [rows, d], with no [B, T, d] views, and the modules' parameters are used directly;
+- every tensor is [rows, d], with no [B, T, d] views; the layers' projections and residual blocks
+  (`layers._Residual`) are called directly;
 - attention is one batched product per sentence and head: the queries of a sentence's hypotheses
   against its keys together; the masks (the hypotheses' ancestry, the source padding) are made
   once a step or once a batch for every layer, as 0 / -inf to add to the scores;
@@ -37,22 +38,15 @@ def _per_row(x: Tensor, n: int) -> Tensor:
     return x.view(n, -1, g, d_k).transpose(1, 2).reshape(n * g, -1)
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float) -> Tensor:
+def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], scale: float) -> Tensor:
     """Eq. 1 per batch entry, softmax(q kᵀ scale + bias) v: q [b, g, d_k]; k, v [b, S, d_k]; bias
-    (0 or -inf) broadcast to [b, g, S] -> [b, g, d_k]. Scaled, then masked, as `explicit_attention`
-    does: `baddbmm` would round once where it rounds twice, which moves bf16 scores."""
-    scores = torch.bmm(q, k.transpose(1, 2)).mul_(scale).add_(bias)  # [b, g, S]
+    (0 or -inf; None: nothing hidden) broadcast to [b, g, S] -> [b, g, d_k]. Scaled, then masked, as
+    `explicit_attention` does: `baddbmm` would round once where it rounds twice, which moves bf16
+    scores."""
+    scores = torch.bmm(q, k.transpose(1, 2)).mul_(scale)  # [b, g, S]
+    if bias is not None:
+        scores.add_(bias)
     return torch.bmm(softmax_lastdim(scores).to(v.dtype), v)
-
-
-def _residual(block: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-    """`layers._Residual.close` without dropout: LayerNorm(x + y) post-LN, x + y pre-LN."""
-    return x + y if block.normalize_before else block.norm(x + y)
-
-
-def _sublayer_input(block: nn.Module, x: Tensor) -> Tensor:
-    """`layers._Residual.open`: LayerNorm(x) pre-LN, x post-LN."""
-    return block.norm(x) if block.normalize_before else x
 
 
 class BeamDecodingStep:
@@ -75,14 +69,15 @@ class BeamDecodingStep:
             self.memory_kv.append([_per_head(t.reshape(n * s, -1), n, self.heads).view(n, self.heads, s, -1)
                                    for t in (k, v)])
         self.memory_padding_mask = memory_padding_mask
-        self.memory_bias = self._memory_bias(memory.dtype)
+        self.dtype = memory.dtype
+        self.memory_bias = self._memory_bias()
 
-    def _memory_bias(self, dtype: torch.dtype) -> Tensor:
-        """[N * H, 1, S]: -inf at the source padding, 0 elsewhere ([1, 1, 1] zeros without padding)."""
+    def _memory_bias(self) -> Optional[Tensor]:
+        """[N * H, 1, S]: -inf at the source padding, 0 elsewhere (None without padding)."""
         mask = self.memory_padding_mask
         if mask is None:
-            return torch.zeros(1, 1, 1, dtype=dtype, device=self.memory_kv[0][0].device)
-        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, float("-inf"))
+            return None
+        bias = torch.zeros(mask.shape, dtype=self.dtype, device=mask.device).masked_fill_(mask, float("-inf"))
         return bias[:, None, None, :].expand(-1, self.heads, -1, -1).reshape(-1, 1, mask.size(1))
 
     def keep_sentences(self, sentences: Tensor) -> None:
@@ -92,7 +87,7 @@ class BeamDecodingStep:
         self.memory_kv = [[t.index_select(0, sentences) for t in kv] for kv in self.memory_kv]
         if self.memory_padding_mask is not None:
             self.memory_padding_mask = self.memory_padding_mask.index_select(0, sentences)
-            self.memory_bias = self._memory_bias(self.memory_bias.dtype)
+            self.memory_bias = self._memory_bias()
 
     def __call__(self, tokens: Tensor, step: int) -> Tensor:
         """tokens [rows]: the token each row feeds in at `step` -> logits [rows, V]."""
@@ -102,20 +97,20 @@ class BeamDecodingStep:
         self_bias = self.ancestry.bias(heads, x.dtype)  # [N * H, group, steps x beam]
         for layer, cache, (memory_k, memory_v) in zip(self.layers, self.self_kv, self.memory_kv):
             # masked self-attention: this step's K, V join the sentence's; each query sees its ancestors'
-            h = _sublayer_input(layer.self_attn_block, x)
+            h = layer.self_attn_block.open(x)
             q, k, v = _per_head(layer.self_attn.qkv_proj(h), n, 3 * heads).view(n, 3, heads, -1, h.size(-1) // heads
                                                                                   ).unbind(1)  # 3 x [N, H, g, d_k]
             keys, values = cache.append(k, v)  # 2 x [N * H, steps x beam, d_k]
             out = _attend(q.reshape(n * heads, -1, q.size(-1)), keys, values, self_bias, scale)
-            x = _residual(layer.self_attn_block, x, layer.self_attn.out_proj(_per_row(out, n)))
+            x = layer.self_attn_block.close(x, layer.self_attn.out_proj(_per_row(out, n)))
             # encoder-decoder attention
-            h = _sublayer_input(layer.cross_attn_block, x)
+            h = layer.cross_attn_block.open(x)
             q = _per_head(layer.cross_attn.q_proj(h), n, heads)  # [N * H, g, d_k]
             out = _attend(q, memory_k.flatten(0, 1), memory_v.flatten(0, 1), self.memory_bias, scale)
-            x = _residual(layer.cross_attn_block, x, layer.cross_attn.out_proj(_per_row(out, n)))
+            x = layer.cross_attn_block.close(x, layer.cross_attn.out_proj(_per_row(out, n)))
             # position-wise feed-forward (Eq. 2)
-            h = _sublayer_input(layer.ffn_block, x)
-            x = _residual(layer.ffn_block, x, layer.ffn.fc2(layer.ffn.fc1(h).relu_()))
+            h = layer.ffn_block.open(x)
+            x = layer.ffn_block.close(x, layer.ffn.fc2(layer.ffn.fc1(h).relu_()))
         if self.final_norm is not None:
             x = self.final_norm(x)
         return self.output_layer(x)  # [rows, V]

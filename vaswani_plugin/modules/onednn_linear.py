@@ -202,9 +202,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
                 if not TRAIN_ON_ONEDNN:
                     return F.linear(x, weight, bias)
                 return _OneDNNLinear.apply(x, weight, bias)
-            x2 = x.reshape(-1, x.size(-1)).contiguous()  # [N, k]
-            if _few_rows_for_mkl(x2.size(0), weight):
+            if _few_rows_for_mkl(x.numel() // x.size(-1), weight):
                 return F.linear(x, weight, bias)
+            x2 = x.reshape(-1, x.size(-1)).contiguous()  # [N, k]
             w = weight.contiguous() if packed is None else packed.get(weight)
             return _call("_linear_pointwise", x2, w, bias, "none", [], "").view(*x.shape[:-1], weight.size(0))
         except _Unusable:
