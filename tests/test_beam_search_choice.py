@@ -3,6 +3,7 @@ search for one vaswani_transformer and a plain beam search, fairseq's own genera
 every option the lean one does not do, each named in the INFO line; and through fairseq-generate's
 command line, the same output from both generators and the flag that asks for fairseq's.
 """
+import copy
 import logging
 from argparse import Namespace
 
@@ -16,6 +17,7 @@ from helpers import run_tool, same_weight_pair
 from test_beam_search_parity import assert_same
 
 from vaswani_plugin.models.beam_search import VaswaniBeamSearch
+from vaswani_plugin.models.vaswani_transformer import VaswaniDecoder, VaswaniEncoder
 
 LOGGER = "vaswani_plugin.fairseq_fixes.lean_beam_search"
 PRINTED = 1e-4 + 1e-5  # one unit of fairseq-generate's 4 printed decimals, plus the 1e-5 the searches may differ by
@@ -83,7 +85,12 @@ def test_ensembles_other_models_lm_fusion_own_generator_classes_and_prefix_funct
         task_and_models, caplog):
     task, ours, theirs = task_and_models
     args = GenerationConfig(beam=4)
-    cases = [
+    own_halves = []  # the decoding step runs VaswaniDecoder's maths: a subclass of either half (the parser's
+    for half, cls in (("encoder", VaswaniEncoder), ("decoder", VaswaniDecoder)):  # pointer) is not it
+        model = copy.deepcopy(ours)
+        getattr(model, half).__class__ = type(f"Own{cls.__name__}", (cls,), {})
+        own_halves.append((dict(models=[model]), f"{type(ours).__name__} has its own encoder or decoder class"))
+    cases = own_halves + [
         (dict(models=[ours, ours]), "an ensemble of 2 models"),
         (dict(models=[theirs]), "a model that is not a vaswani_transformer"),
         (dict(models=[ours], extra_gen_cls_kwargs={"lm_model": theirs, "lm_weight": 0.5}), "--lm-path"),

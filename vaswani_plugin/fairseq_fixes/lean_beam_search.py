@@ -45,7 +45,7 @@ def fairseq_only_reason(models, args, seq_gen_cls=None, extra_gen_cls_kwargs=Non
                         prefix_allowed_tokens_fn=None) -> Optional[str]:
     """Why these models and generation options need fairseq's generator; None when the lean beam
     search does the same job."""
-    from ..models.vaswani_transformer import VaswaniTransformerModel
+    from ..models.vaswani_transformer import VaswaniDecoder, VaswaniEncoder, VaswaniTransformerModel
 
     def option(name, default):
         value = getattr(args, name, default)
@@ -60,8 +60,10 @@ def fairseq_only_reason(models, args, seq_gen_cls=None, extra_gen_cls_kwargs=Non
         (seq_gen_cls is not None, "the task builds its own generator"),
         (len(models) != 1, f"an ensemble of {len(models)} models"),
         (not all(isinstance(m, VaswaniTransformerModel) for m in models), "a model that is not a vaswani_transformer"),
-        (not all(getattr(m, "lean_beam_search", False) for m in models),
-         f"{type(models[0]).__name__} follows the beams through reorder_encoder_out"),
+        # The lean search runs VaswaniDecoder's maths itself (modules/decoding_step.py) and makes no
+        # reorder_encoder_out calls: a subclass of either half (the parser's pointer) may need both.
+        (not all(type(m.encoder) is VaswaniEncoder and type(m.decoder) is VaswaniDecoder for m in models),
+         f"{type(models[0]).__name__} has its own encoder or decoder class"),
         (option("sampling", False), "--sampling"),
         (option("diverse_beam_groups", -1) > 0, "--diverse-beam-groups"),
         (option("diversity_rate", -1) > -1, "--diversity-rate"),

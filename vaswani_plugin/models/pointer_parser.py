@@ -74,10 +74,6 @@ class PointerDecoder(VaswaniDecoder):
 class PointerParserModel(VaswaniTransformerModel):
     """The Transformer of §6.3 with the word pointer in its decoder input (see the module docstring)."""
 
-    # The pointer finds each hypothesis's source row through the reorders fairseq's SequenceGenerator
-    # hands to reorder_encoder_out; the lean beam search (models/beam_search.py) makes none.
-    lean_beam_search = False
-
     @classmethod
     def build_encoder_decoder(cls, cfg, task, src_embed: nn.Embedding, tgt_embed: nn.Embedding):
         word_start = getattr(task, "word_start", None)

@@ -243,8 +243,6 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
 class VaswaniTransformerModel(FairseqEncoderDecoderModel):
     """Encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
 
-    lean_beam_search = True  # fairseq-generate may decode it with models/beam_search.py
-
     @classmethod
     def add_args(cls, parser):
         # Defaults are left out of the namespace so that the preset (--arch) can fill them in.
