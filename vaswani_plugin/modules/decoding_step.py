@@ -63,11 +63,10 @@ class BeamDecodingStep:
         self.heads, self.scale = attn.num_heads, attn.head_dim ** -0.5
         n, s, _ = memory.shape
         self.self_kv = [BeamSelfAttentionCache(ancestry) for _ in self.layers]
-        self.memory_kv = []  # per layer: K, V [N, H, S, d_k], projected once per sentence (§3.2.3)
+        self.memory_kv = []  # per layer: K, V [N * H, S, d_k], projected once per sentence (§3.2.3)
         for layer in self.layers:
             k, v = layer.cross_attn.kv_proj(memory).chunk(2, dim=-1)  # 2 x [N, S, d]
-            self.memory_kv.append([_per_head(t.reshape(n * s, -1), n, self.heads).view(n, self.heads, s, -1)
-                                   for t in (k, v)])
+            self.memory_kv.append([_per_head(t.reshape(n * s, -1), n, self.heads) for t in (k, v)])
         self.memory_padding_mask = memory_padding_mask
         self.dtype = memory.dtype
         self.memory_bias = self._memory_bias()
@@ -84,7 +83,8 @@ class BeamDecodingStep:
         """Only `sentences` (indices of the live ones, in order) go on."""
         for cache in self.self_kv:
             cache.keep_sentences(sentences)
-        self.memory_kv = [[t.index_select(0, sentences) for t in kv] for kv in self.memory_kv]
+        self.memory_kv = [[t.unflatten(0, (-1, self.heads)).index_select(0, sentences).flatten(0, 1) for t in kv]
+                          for kv in self.memory_kv]
         if self.memory_padding_mask is not None:
             self.memory_padding_mask = self.memory_padding_mask.index_select(0, sentences)
             self.memory_bias = self._memory_bias()
@@ -106,7 +106,7 @@ class BeamDecodingStep:
             # encoder-decoder attention
             h = layer.cross_attn_block.open(x)
             q = _per_head(layer.cross_attn.q_proj(h), n, heads)  # [N * H, g, d_k]
-            out = _attend(q, memory_k.flatten(0, 1), memory_v.flatten(0, 1), self.memory_bias, scale)
+            out = _attend(q, memory_k, memory_v, self.memory_bias, scale)
             x = layer.cross_attn_block.close(x, layer.cross_attn.out_proj(_per_row(out, n)))
             # position-wise feed-forward (Eq. 2)
             h = layer.ffn_block.open(x)
