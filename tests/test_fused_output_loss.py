@@ -39,10 +39,10 @@ def _both(x, w, target, eps, chunk, upstream=(2.0, 0.5)):
 
 @pytest.mark.parametrize("eps", [0.1, 0.0])
 @pytest.mark.parametrize("chunk", [1, 8, 1000])  # many chunks, a ragged last chunk, one chunk
-@pytest.mark.parametrize("on_onednn", [True, False])  # the products' library: AMD's and Intel's choice
+@pytest.mark.parametrize("mkl_at_full_speed", [False, True])  # the products' library: AMD's and Intel's choice
 @pytest.mark.parametrize("upstream", [(2.0, 0.5), (1.0, 0.0)])
-def test_fp32_matches_unfused_loss_nll_accuracy_and_grads(eps, chunk, on_onednn, upstream, monkeypatch):
-    monkeypatch.setattr(onednn_linear, "TRAIN_ON_ONEDNN", on_onednn)
+def test_fp32_matches_unfused_loss_nll_accuracy_and_grads(eps, chunk, mkl_at_full_speed, upstream, monkeypatch):
+    monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", mkl_at_full_speed)
     x, w, target = _inputs()
     (loss, nll, correct), (rloss, rnll, rcorrect), grads, rgrads = _both(x, w, target, eps, chunk, upstream)
     torch.testing.assert_close(loss, rloss, rtol=1e-5, atol=0)
@@ -142,11 +142,11 @@ def test_bad_shapes_are_named():
         fused_output_loss(torch.randn(3, 4), torch.randn(5, 3), torch.zeros(3, dtype=torch.long), 0.1)
 
 
-@pytest.mark.parametrize("on_onednn", [True, False])
-def test_without_count_correct_loss_and_grads_are_the_same_and_no_count_is_made(on_onednn, monkeypatch):
+@pytest.mark.parametrize("mkl_at_full_speed", [False, True])
+def test_without_count_correct_loss_and_grads_are_the_same_and_no_count_is_made(mkl_at_full_speed, monkeypatch):
     """The criterion asks for the argmax count only with --report-accuracy (`max` with indices is the
     slow reduction); everything else must not move."""
-    monkeypatch.setattr(onednn_linear, "TRAIN_ON_ONEDNN", on_onednn)
+    monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", mkl_at_full_speed)
     x, w, target = _inputs()
     x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
     counted = fused_output_loss(x, w, target, 0.1, ignore_index=PAD, chunk_tokens=8)

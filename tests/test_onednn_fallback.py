@@ -65,7 +65,7 @@ def _failing_namespace():
 @pytest.mark.parametrize("mode", ["training", "decoding", "packed", "matmul_nt"])
 def test_an_op_that_fails_on_first_use_falls_back_to_f_linear_with_one_log_line(monkeypatch, caplog, mode):
     monkeypatch.setattr(onednn_linear, "_AVAILABLE", True)
-    monkeypatch.setattr(onednn_linear, "TRAIN_ON_ONEDNN", True)  # training's products too, on any CPU
+    monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", False)  # training's products too, on any CPU
     monkeypatch.setattr(onednn_linear, "_WORKED", set())
     monkeypatch.setattr(torch.ops, "mkldnn", _failing_namespace())
     lin = torch.nn.Linear(8, 5)
@@ -107,16 +107,13 @@ def test_modules_off_the_cpu_stay_unwrapped(monkeypatch):
     assert model[0].weight.device.type == "meta"
 
 
-@pytest.mark.parametrize("vendor, mkl, expected", [("GenuineIntel", True, False), ("AuthenticAMD", True, True),
-                                                   ("GenuineIntel", False, True), ("", True, True)])
-def test_training_takes_onednn_except_where_mkl_runs_on_its_own_vendors_cpu(monkeypatch, vendor, mkl, expected):
+@pytest.mark.parametrize("vendor, mkl, expected", [("GenuineIntel", True, True), ("AuthenticAMD", True, False),
+                                                   ("GenuineIntel", False, False), ("", True, False)])
+def test_mkl_runs_at_full_speed_only_on_its_own_vendors_cpu(monkeypatch, vendor, mkl, expected):
     """MKL's sgemm is slow off Intel CPUs; on them it is as fast as oneDNN and needs no transposed copies."""
-    monkeypatch.setattr(onednn_linear, "_AVAILABLE", True)
     monkeypatch.setattr(onednn_linear, "_cpu_vendor", lambda: vendor)
     monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: mkl)
-    assert onednn_linear._train_on_onednn() is expected
-    monkeypatch.setattr(onednn_linear, "_AVAILABLE", False)
-    assert onednn_linear._train_on_onednn() is False
+    assert onednn_linear._mkl_at_full_speed() is expected
 
 
 def test_the_cpu_vendor_is_read_from_proc_cpuinfo():
@@ -127,8 +124,8 @@ def test_the_cpu_vendor_is_read_from_proc_cpuinfo():
     assert vendors == {onednn_linear._cpu_vendor()} or (not vendors and onednn_linear._cpu_vendor() == "")
 
 
-def test_without_training_on_onednn_training_products_are_f_linear_and_decoding_stays_packed(monkeypatch):
-    monkeypatch.setattr(onednn_linear, "TRAIN_ON_ONEDNN", False)
+def test_where_mkl_runs_at_full_speed_training_products_are_f_linear_and_decoding_stays_packed(monkeypatch):
+    monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", True)
     lin = torch.nn.Linear(8, 5)
     onednn_linear.use_onednn_linears_(lin)
     x = torch.randn(4, 8, requires_grad=True)
@@ -151,16 +148,16 @@ def test_without_training_on_onednn_training_products_are_f_linear_and_decoding_
 
 
 @pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
-@pytest.mark.parametrize("train_on_onednn, rows, out_features, library", [
-    (False, 4, 8, "MKL"),  # a few rows, a small weight, MKL at full speed: oneDNN's per-call cost shows
-    (False, 15, 2 ** 15, "MKL"),  # 2^15 x 8 = 2^18 elements: still small
-    (False, 16, 8, "oneDNN"),  # enough rows
-    (False, 4, 2 ** 15 + 1, "oneDNN"),  # a weight beyond L2 (the output projection) gains from packing
-    (True, 4, 8, "oneDNN"),  # MKL's slow path (off Intel): oneDNN everywhere
+@pytest.mark.parametrize("mkl_at_full_speed, rows, out_features, library", [
+    (True, 4, 8, "MKL"),  # a few rows, a small weight, MKL at full speed: oneDNN's per-call cost shows
+    (True, 15, 2 ** 15, "MKL"),  # 2^15 x 8 = 2^18 elements: still small
+    (True, 16, 8, "oneDNN"),  # enough rows
+    (True, 4, 2 ** 15 + 1, "oneDNN"),  # a weight beyond L2 (the output projection) gains from packing
+    (False, 4, 8, "oneDNN"),  # MKL's slow path (off Intel): oneDNN everywhere
 ])
-def test_decoding_takes_mkl_for_a_few_rows_against_a_small_weight(monkeypatch, train_on_onednn, rows, out_features,
+def test_decoding_takes_mkl_for_a_few_rows_against_a_small_weight(monkeypatch, mkl_at_full_speed, rows, out_features,
                                                                    library):
-    monkeypatch.setattr(onednn_linear, "TRAIN_ON_ONEDNN", train_on_onednn)
+    monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", mkl_at_full_speed)
     lin = onednn_linear.use_onednn_linears_(torch.nn.Linear(8, out_features), pack=True)
     calls = []
     real_call = onednn_linear._call
@@ -171,9 +168,9 @@ def test_decoding_takes_mkl_for_a_few_rows_against_a_small_weight(monkeypatch, t
     assert ("_linear_pointwise" in calls) == (library == "oneDNN")
 
 
-@pytest.mark.parametrize("on_onednn", [True, False])
-def test_add_matmul_tn_accumulates_a_transposed_product_in_place(monkeypatch, on_onednn):
-    monkeypatch.setattr(onednn_linear, "TRAIN_ON_ONEDNN", on_onednn)
+@pytest.mark.parametrize("mkl_at_full_speed", [False, True])
+def test_add_matmul_tn_accumulates_a_transposed_product_in_place(monkeypatch, mkl_at_full_speed):
+    monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", mkl_at_full_speed)
     out, a, b = torch.randn(7, 3), torch.randn(11, 7), torch.randn(11, 3)
     expected = out + torch.einsum("nm,nk->mk", a, b)
     result = onednn_linear.add_matmul_tn_(out, a, b)

@@ -7,8 +7,8 @@ reordering a weight once into oneDNN's blocked layout helps decoding further.
 Measured on an Intel Xeon (family 6, model 167, AVX-512), two threads: MKL runs at full speed there
 (forward 270-360 GFLOP/s, oneDNN the same), and it reads transposed operands in place, where
 oneDNN's primitive needs a dense copy of gᵀ and xᵀ for dW = gᵀ x: MKL 260-330 GFLOP/s for that
-product, oneDNN with its copies 150-170. So training's products take oneDNN only off Intel CPUs
-(`TRAIN_ON_ONEDNN`); decoding's packed weights stay on oneDNN everywhere (5-15% faster than MKL at
+product, oneDNN with its copies 150-170. So training's products take oneDNN only where MKL does not
+run at full speed (`MKL_AT_FULL_SPEED`: MKL on an Intel CPU); decoding's packed weights stay on oneDNN everywhere (5-15% faster than MKL at
 beam-search shapes on that Xeon), except for a few rows against a small weight on that Xeon, where
 oneDNN's per-call cost shows (`_few_rows_for_mkl`).
 
@@ -74,19 +74,20 @@ def _cpu_vendor() -> str:
         return ""
 
 
-def _train_on_onednn() -> bool:
-    """oneDNN for training's products unless MKL is there and on its own vendor's CPU (module docstring)."""
-    return _AVAILABLE and not (torch.backends.mkl.is_available() and _cpu_vendor() == "GenuineIntel")
+def _mkl_at_full_speed() -> bool:
+    """MKL is there, on its own vendor's CPU: training's products and decoding's smallest take it
+    (module docstring); oneDNN's everywhere else."""
+    return torch.backends.mkl.is_available() and _cpu_vendor() == "GenuineIntel"
 
 
-TRAIN_ON_ONEDNN = _train_on_onednn()
+MKL_AT_FULL_SPEED = _mkl_at_full_speed()
 
 
 def backend_summary() -> str:
     """What the model's build logs: which library runs its linear layers."""
     if not _AVAILABLE:
         return "F.linear"
-    training = ("oneDNN" if TRAIN_ON_ONEDNN
+    training = ("oneDNN" if not MKL_AT_FULL_SPEED
                 else "F.linear (MKL: as fast as oneDNN on this Intel CPU, no transposed copies)")
     return f"training in fp32 on CPU: {training}; decoding on CPU: oneDNN with packed weights; F.linear otherwise"
 
@@ -117,12 +118,12 @@ def _linear(x2: Tensor, weight: Tensor, bias=None) -> Tensor:
 
 
 def _train_fp32(*tensors: Tensor) -> bool:
-    return TRAIN_ON_ONEDNN and _cpu_fp32(*tensors)
+    return not MKL_AT_FULL_SPEED and _cpu_fp32(*tensors)
 
 
 def matmul_nt(a: Tensor, b: Tensor) -> Tensor:
     """a [N, k] @ b [M, k]ᵀ -> [N, M]; oneDNN for float32 CPU tensors where training takes it
-    (`TRAIN_ON_ONEDNN`), torch's matmul otherwise."""
+    (not `MKL_AT_FULL_SPEED`), torch's matmul otherwise."""
     if _train_fp32(a, b):
         try:
             return _linear(a, b)
@@ -150,11 +151,11 @@ def nt_operand(b: Tensor) -> Tensor:
 
 def _few_rows_for_mkl(rows: int, weight: Tensor) -> bool:
     """A few rows (a small beam, one sentence) against a weight that fits in L2 take MKL's sgemm
-    where it runs at full speed (where training takes it, `TRAIN_ON_ONEDNN` False): there oneDNN's
+    where it runs at full speed (`MKL_AT_FULL_SPEED`, where training takes it too): there oneDNN's
     primitive costs 10-15 us a call more (Intel Xeon, one thread: [4 x 256] x [256 x 256] 21 us
     against 7, [4 x 512] x [512 x 512] 28 against 19), while larger weights gain from the packed
     layout ([4 x 512] x [512 x 2048] 186 us against 305; the output projection)."""
-    return not TRAIN_ON_ONEDNN and rows < 16 and weight.numel() <= 2 ** 18
+    return MKL_AT_FULL_SPEED and rows < 16 and weight.numel() <= 2 ** 18
 
 
 class _OneDNNLinear(torch.autograd.Function):
@@ -199,7 +200,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
     if _cpu_fp32(x, weight):
         try:
             if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-                if not TRAIN_ON_ONEDNN:
+                if MKL_AT_FULL_SPEED:
                     return F.linear(x, weight, bias)
                 return _OneDNNLinear.apply(x, weight, bias)
             if _few_rows_for_mkl(x.numel() // x.size(-1), weight):
