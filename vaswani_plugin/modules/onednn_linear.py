@@ -8,9 +8,10 @@ Measured on an Intel Xeon (family 6, model 167, AVX-512), two threads: MKL runs 
 (forward 270-360 GFLOP/s, oneDNN the same), and it reads transposed operands in place, where
 oneDNN's primitive needs a dense copy of gᵀ and xᵀ for dW = gᵀ x: MKL 260-330 GFLOP/s for that
 product, oneDNN with its copies 150-170. So training's products take oneDNN only where MKL does not
-run at full speed (`MKL_AT_FULL_SPEED`: MKL on an Intel CPU); decoding's packed weights stay on oneDNN everywhere (5-15% faster than MKL at
-beam-search shapes on that Xeon), except for a few rows against a small weight on that Xeon, where
-oneDNN's per-call cost shows (`_few_rows_for_mkl`).
+run at full speed (`MKL_AT_FULL_SPEED`: MKL on an Intel CPU); decoding's packed weights stay on
+oneDNN everywhere (5-15% faster than MKL at beam-search shapes on that Xeon), except for a few rows
+against a small weight where MKL runs at full speed, where oneDNN's per-call cost shows
+(`_few_rows_for_mkl`).
 
 - `use_onednn_linears_(module, pack)`: what the model calls where it is built (and again, with
   `pack`, once it only decodes): every CPU `nn.Linear` inside becomes a `OneDNNLinear` (same
