@@ -130,5 +130,6 @@ def test_trains_and_decodes_through_the_real_tools(random_model, tmp_path):
     done = run_tool("fairseq-generate", data, "--user-dir", USER_DIR, "--task", "constituency_parsing", "--path",
                     os.path.join(save, "checkpoint_last.pt"), "--gen-subset", "test", "--beam", "4", "--cpu",
                     "--max-len-a", "1", "--max-len-b", "20", timeout=300)
-    assert "beam search: fairseq's SequenceGenerator (PointerParserModel has its own encoder or decoder class)" in done.stderr
+    assert ("beam search: fairseq's SequenceGenerator (PointerParserModel has its own encoder or decoder class)"
+            in done.stderr)
     assert len(re.findall(r"^H-\d+\t", done.stdout, flags=re.M)) == len(gold)
