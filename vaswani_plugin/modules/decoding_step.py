@@ -68,7 +68,6 @@ class BeamDecodingStep:
             k, v = layer.cross_attn.kv_proj(memory).chunk(2, dim=-1)  # 2 x [N, S, d]
             self.memory_kv.append([_per_head(t.reshape(n * s, -1), n, self.heads) for t in (k, v)])
         self.memory_padding_mask = memory_padding_mask
-        self.dtype = memory.dtype
         self.memory_bias = self._memory_bias()
 
     def _memory_bias(self) -> Optional[Tensor]:
@@ -76,7 +75,8 @@ class BeamDecodingStep:
         mask = self.memory_padding_mask
         if mask is None:
             return None
-        bias = torch.zeros(mask.shape, dtype=self.dtype, device=mask.device).masked_fill_(mask, float("-inf"))
+        dtype = self.memory_kv[0][0].dtype
+        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, float("-inf"))
         return bias[:, None, None, :].expand(-1, self.heads, -1, -1).reshape(-1, 1, mask.size(1))
 
     def keep_sentences(self, sentences: Tensor) -> None:

@@ -36,9 +36,9 @@ def keep_mask(shape, p: float) -> Tensor:
     return torch.ge(halves, drop_threshold(p)).view(shape)
 
 
-def _fast(x: Tensor, p: float, training: bool) -> bool:
-    """The cheaper mask: on CPU, for a p that does not round to 0 or to 1 (which keeps nothing)."""
-    return training and x.device.type == "cpu" and 0 < drop_threshold(p) < 2 ** _BITS
+def _fast(x: Tensor, p: float) -> bool:
+    """The cheaper mask (while training): on CPU, for a p that does not round to 0 or to 1 (which keeps nothing)."""
+    return x.device.type == "cpu" and 0 < drop_threshold(p) < 2 ** _BITS
 
 
 class _MaskedScale(torch.autograd.Function):
@@ -64,8 +64,8 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """F.dropout(x, p, training), with the cheaper CPU mask of the module docstring."""
     if not training:  # the identity, without a call per sub-layer per decoding step
         return x
-    if not _fast(x, p, training):
-        return F.dropout(x, p=p, training=training)
+    if not _fast(x, p):
+        return F.dropout(x, p=p, training=True)
     return _MaskedScale.apply(None, x, p)
 
 
@@ -73,6 +73,6 @@ def dropout_add(residual: Tensor, x: Tensor, p: float, training: bool) -> Tensor
     """residual + F.dropout(x, p, training): one autograd node, the mask of the module docstring."""
     if not training:
         return residual + x
-    if not _fast(x, p, training):
-        return residual + F.dropout(x, p=p, training=training)
+    if not _fast(x, p):
+        return residual + F.dropout(x, p=p, training=True)
     return _MaskedScale.apply(residual, x, p)
