@@ -4,6 +4,7 @@ from .attention_kernels import scaled_dot_product
 from .dropout import dropout, dropout_add
 from .embedding import ScaledEmbedding
 from .fused_output_loss import fused_output_loss
+from .layer_norm import layer_norm
 from .layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward
 from .losses import label_smoothed_nll_loss
 from .onednn_linear import PackedWeight, linear, matmul_nt, use_onednn_linears_
@@ -22,6 +23,7 @@ __all__ = [
     "dropout_add",
     "fused_output_loss",
     "label_smoothed_nll_loss",
+    "layer_norm",
     "linear",
     "matmul_nt",
     "scaled_dot_product",

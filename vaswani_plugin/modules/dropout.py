@@ -51,7 +51,7 @@ class _MaskedScale(torch.autograd.Function):
         ctx.save_for_backward(keep)
         ctx.scale, ctx.has_residual = scale, residual is not None
         kept = torch.mul(x, keep.view(torch.uint8))  # [*], zeros where dropped (a uint8 factor: the fast kernel)
-        return kept.mul_(scale) if residual is None else torch.add(residual, kept, alpha=scale)
+        return kept.mul_(scale) if residual is None else torch.add(residual, kept, alpha=scale, out=kept)
 
     @staticmethod
     def backward(ctx, grad):

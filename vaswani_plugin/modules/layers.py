@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from .attention import FusedEncoderDecoderAttention, FusedSelfAttention
 from .dropout import dropout, dropout_add
+from .layer_norm import layer_norm
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -27,7 +28,8 @@ class PositionwiseFeedForward(nn.Module):
         self.relu_dropout = relu_dropout
 
     def forward(self, x: Tensor) -> Tensor:
-        h = dropout(F.relu(self.fc1(x)), self.relu_dropout, self.training)  # [B, T, d_ff]
+        # in place: fc1's backward needs its input, not its output, so no [B, T, d_ff] copy is made
+        h = dropout(F.relu(self.fc1(x), inplace=True), self.relu_dropout, self.training)  # [B, T, d_ff]
         return self.fc2(h)
 
 
@@ -42,11 +44,11 @@ class _Residual(nn.Module):
         self.normalize_before = normalize_before
 
     def open(self, x: Tensor) -> Tensor:
-        return self.norm(x) if self.normalize_before else x
+        return layer_norm(x, self.norm) if self.normalize_before else x
 
     def close(self, x: Tensor, y: Tensor) -> Tensor:
         x = dropout_add(x, y, self.dropout, self.training)  # x + Dropout(y), cheaper masks on CPU (modules.dropout)
-        return x if self.normalize_before else self.norm(x)
+        return x if self.normalize_before else layer_norm(x, self.norm)  # keeps its output (modules.layer_norm)
 
 
 class EncoderLayer(nn.Module):
