@@ -53,7 +53,7 @@ def test_values_and_gradients_equal_layer_norm_in_float64(shape):
 
 def test_keeps_its_output_and_not_its_input():
     norm = _norm(64)
-    x = (torch.randn(8, 16, 64) + 0).requires_grad_()
+    x = torch.randn(8, 16, 64).requires_grad_()
     h = x * 2  # an activation of its own, as x + Dropout(Sublayer(x)) is
     kept = []
 
