@@ -107,3 +107,15 @@ def test_a_p_that_rounds_to_0_or_1_takes_f_dropout(p):
     ours = dropout(x, p, True)
     torch.manual_seed(6)
     assert torch.equal(ours, F.dropout(x, p, True)) and torch.isfinite(ours).all()
+
+
+@pytest.mark.parametrize("numel", [(1 << 18) * 3 + 5, 1 << 18, 9])
+def test_a_mask_drawn_in_chunks_is_the_mask_of_one_draw(numel):
+    """keep_mask draws 2^18 elements at a time: the same bits as one draw of ceil(n / 2) 32-bit
+    values, each giving two elements their low 15 bits of a 16-bit half (the module docstring)."""
+    torch.manual_seed(6)
+    draws = torch.empty((numel + 1) // 2, dtype=torch.int32).random_()
+    halves = draws.view(torch.int16)[:numel].to(torch.int32) & (2 ** 15 - 1)
+    expected = halves >= round(0.1 * 2 ** 15)
+    torch.manual_seed(6)
+    assert torch.equal(keep_mask((numel,), 0.1), expected)
