@@ -51,10 +51,8 @@ def test_values_and_gradients_equal_layer_norm_in_float64(shape):
         assert (o - r).abs().max().item() <= max(1e-6 * scale, 2 * (t - r).abs().max().item()), name
 
 
-def test_keeps_its_output_and_not_its_input():
-    norm = _norm(64)
-    x = torch.randn(8, 16, 64).requires_grad_()
-    h = x * 2  # an activation of its own, as x + Dropout(Sublayer(x)) is
+def _kept_storages(fn):
+    """The storages of the tensors autograd keeps for the backward while fn() runs."""
     kept = []
 
     def pack(t):
@@ -62,25 +60,22 @@ def test_keeps_its_output_and_not_its_input():
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y = layer_norm(h, norm)
-    assert y.untyped_storage().data_ptr() in kept
-    assert h.untyped_storage().data_ptr() not in kept
-    kept.clear()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        norm(h)  # torch's LayerNorm keeps the input: what this saves
-    assert h.untyped_storage().data_ptr() in kept
+        out = fn()
+    return kept, out
 
 
 def _keeps_input(norm, x):
-    kept = []
+    return x.untyped_storage().data_ptr() in _kept_storages(lambda: layer_norm(x, norm))[0]
 
-    def pack(t):
-        kept.append(t.untyped_storage().data_ptr())
-        return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        layer_norm(x, norm)
-    return x.untyped_storage().data_ptr() in kept
+def test_keeps_its_output_and_not_its_input():
+    norm = _norm(64)
+    h = torch.randn(8, 16, 64).requires_grad_() * 2  # an activation of its own, as x + Dropout(Sublayer(x)) is
+    kept, y = _kept_storages(lambda: layer_norm(h, norm))
+    assert y.untyped_storage().data_ptr() in kept
+    assert h.untyped_storage().data_ptr() not in kept
+    kept, _ = _kept_storages(lambda: norm(h))  # torch's LayerNorm keeps the input: what this saves
+    assert h.untyped_storage().data_ptr() in kept
 
 
 def test_a_gain_near_zero_keeps_the_input():

@@ -10,9 +10,10 @@ per training step: 480 MB of its ~3.2 GB.
 
 The departure: the gradients use x̂ recovered from y, which differs from the kernel's own x̂ by
 rounding, about ulp(y) / |γ|; tests/test_layer_norm.py holds the gradients as close to float64
-LayerNorm as torch's own float32 kernel is (within twice its error). A γ with an entry below `SMALLEST_GAIN` in magnitude would amplify that rounding, so such a
-layer takes `F.layer_norm`. So do tensors that are not float32 on CPU (in half precision y's own
-rounding is 2^-8), and calls that autograd does not record.
+LayerNorm as torch's own float32 kernel is (within twice its error). A γ with an entry below
+`SMALLEST_GAIN` in magnitude would amplify that rounding, so such a layer takes `F.layer_norm`. So
+do tensors that are not float32 on CPU (in half precision y's own rounding is 2^-8), and calls that
+autograd does not record.
 """
 import torch
 import torch.nn.functional as F
