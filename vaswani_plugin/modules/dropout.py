@@ -34,14 +34,14 @@ def drop_threshold(p: float) -> int:
 
 def keep_mask(shape, p: float) -> Tensor:
     """bool [*shape]: True with probability 1 - drop_threshold(p) / 2^15, independently per element."""
-    numel = torch.Size(shape).numel()
+    numel, threshold = torch.Size(shape).numel(), drop_threshold(p)
     keep = torch.empty(numel, dtype=torch.bool)
     draws = torch.empty((min(numel, _CHUNK) + 1) // 2, dtype=torch.int32)  # reused for every chunk
     for start in range(0, numel, _CHUNK):
         n = min(_CHUNK, numel - start)
         halves = draws[:(n + 1) // 2].random_().view(torch.int16)[:n]  # [n]: 31 random bits per pair
         # the draws continue the generator's stream: the same mask as one draw of ceil(numel / 2)
-        torch.ge(halves.bitwise_and_(2 ** _BITS - 1), drop_threshold(p), out=keep[start:start + n])
+        torch.ge(halves.bitwise_and_(2 ** _BITS - 1), threshold, out=keep[start:start + n])
     return keep.view(shape)
 
 

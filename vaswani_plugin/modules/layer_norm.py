@@ -43,10 +43,9 @@ class _LayerNormKeepingOutput(torch.autograd.Function):
 
 
 def layer_norm(x: Tensor, norm: nn.LayerNorm) -> Tensor:
-    """norm(x), keeping its output rather than its input for the backward (module docstring)."""
-    weight, bias = norm.weight, norm.bias
+    """norm(x), keeping its output rather than its input for the backward (module docstring). `norm`
+    normalizes the last dimension with a gain and a bias, as the residual blocks' `nn.LayerNorm(d)` does."""
     if (torch.is_grad_enabled() and x.requires_grad and x.device.type == "cpu" and x.dtype == torch.float32
-            and weight is not None and bias is not None and weight.dtype == torch.float32
-            and len(norm.normalized_shape) == 1 and bool(weight.detach().abs().min() >= SMALLEST_GAIN)):
-        return _LayerNormKeepingOutput.apply(x, weight, bias, norm.eps)
+            and bool(norm.weight.detach().abs().min() >= SMALLEST_GAIN)):
+        return _LayerNormKeepingOutput.apply(x, norm.weight, norm.bias, norm.eps)
     return norm(x)
