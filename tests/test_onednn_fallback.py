@@ -141,24 +141,25 @@ def test_where_mkl_runs_at_full_speed_training_products_are_f_linear_and_decodin
     assert calls == []
     if onednn_linear.onednn_available():
         onednn_linear.use_onednn_linears_(lin, pack=True)
-        rows = torch.randn(16, 8)  # decoding's batch of hypotheses
+        rows = torch.randn(128, 8)  # decoding's batch of hypotheses, enough for oneDNN against a small weight
         with torch.inference_mode():
             torch.testing.assert_close(lin(rows), F.linear(rows, lin.weight, lin.bias))
         assert calls == ["_reorder_linear_weight", "_linear_pointwise"]
 
 
 @pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
-@pytest.mark.parametrize("mkl_at_full_speed, rows, out_features, library", [
-    (True, 4, 8, "MKL"),  # a few rows, a small weight, MKL at full speed: oneDNN's per-call cost shows
-    (True, 15, 2 ** 15, "MKL"),  # 2^15 x 8 = 2^18 elements: still small
-    (True, 16, 8, "oneDNN"),  # enough rows
-    (True, 4, 2 ** 15 + 1, "oneDNN"),  # a weight beyond L2 (the output projection) gains from packing
-    (False, 4, 8, "oneDNN"),  # MKL's slow path (off Intel): oneDNN everywhere
+@pytest.mark.parametrize("mkl_at_full_speed, pack, rows, out_features, library", [
+    (True, True, 4, 8, "MKL"),  # a small weight, MKL at full speed: through the transposed copy
+    (True, True, 127, 2 ** 15, "MKL"),  # 2^15 x 8 = 2^18 elements: still small; fewer than 128 rows
+    (True, True, 128, 8, "oneDNN"),  # enough rows for oneDNN's packed layout
+    (True, True, 4, 2 ** 15 + 1, "oneDNN"),  # a weight beyond a quarter of L2 (the output projection)
+    (True, False, 15, 8, "MKL"),  # not packed (no transposed copy): MKL for fewer than 16 rows only
+    (True, False, 16, 8, "oneDNN"),
+    (False, True, 4, 8, "oneDNN"),  # MKL's slow path (off Intel): oneDNN everywhere
 ])
-def test_decoding_takes_mkl_for_a_few_rows_against_a_small_weight(monkeypatch, mkl_at_full_speed, rows, out_features,
-                                                                   library):
+def test_decoding_takes_mkl_against_a_small_weight(monkeypatch, mkl_at_full_speed, pack, rows, out_features, library):
     monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", mkl_at_full_speed)
-    lin = onednn_linear.use_onednn_linears_(torch.nn.Linear(8, out_features), pack=True)
+    lin = onednn_linear.use_onednn_linears_(torch.nn.Linear(8, out_features), pack=pack)
     calls = []
     real_call = onednn_linear._call
     monkeypatch.setattr(onednn_linear, "_call", lambda name, *args: calls.append(name) or real_call(name, *args))
@@ -166,6 +167,26 @@ def test_decoding_takes_mkl_for_a_few_rows_against_a_small_weight(monkeypatch, m
     with torch.inference_mode():
         torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
     assert ("_linear_pointwise" in calls) == (library == "oneDNN")
+    assert ("transposed" in (lin.packed.copies if pack else {})) == (library == "MKL" and pack)
+
+
+@pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
+def test_the_transposed_copy_follows_a_changed_weight_and_leaves_the_parameter_alone(monkeypatch):
+    monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", True)
+    lin = onednn_linear.use_onednn_linears_(torch.nn.Linear(8, 6), pack=True)
+    ref = torch.nn.Linear(8, 6)
+    ref.load_state_dict(lin.state_dict())
+    x = torch.randn(2, 3, 8)  # [B, T, d]: the output keeps the leading dimensions
+    with torch.inference_mode():
+        torch.testing.assert_close(lin(x), ref(x), rtol=1e-5, atol=1e-5)
+        lin.bias = None
+        torch.testing.assert_close(lin(x), F.linear(x, ref.weight), rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        lin.weight.mul_(-2.0)  # an in-place op on the parameter (load_state_dict): a new copy
+        ref.weight.mul_(-2.0)
+    with torch.inference_mode():
+        torch.testing.assert_close(lin(x), F.linear(x, ref.weight), rtol=1e-5, atol=1e-5)
+    assert lin.weight.stride() == (8, 1) and torch.equal(lin.weight, ref.weight)
 
 
 @pytest.mark.parametrize("mkl_at_full_speed", [False, True])

@@ -8,10 +8,10 @@ Measured on an Intel Xeon (family 6, model 167, AVX-512), two threads: MKL runs 
 (forward 270-360 GFLOP/s, oneDNN the same), and it reads transposed operands in place, where
 oneDNN's primitive needs a dense copy of gᵀ and xᵀ for dW = gᵀ x: MKL 260-330 GFLOP/s for that
 product, oneDNN with its copies 150-170. So training's products take oneDNN only where MKL does not
-run at full speed (`MKL_AT_FULL_SPEED`: MKL on an Intel CPU); decoding's packed weights stay on
-oneDNN everywhere (5-15% faster than MKL at beam-search shapes on that Xeon), except for a few rows
-against a small weight where MKL runs at full speed, where oneDNN's per-call cost shows
-(`_few_rows_for_mkl`).
+run at full speed (`MKL_AT_FULL_SPEED`: MKL on an Intel CPU). Decoding's packed weights stay on
+oneDNN, except against a small weight where MKL runs at full speed (`_small_weight_for_mkl`): there
+oneDNN's per-call cost shows at a few rows, and MKL multiplies fastest by a dense transposed copy of
+the weight, [in, out] (kept beside the oneDNN copy, `PackedWeight`), up to about a hundred rows.
 
 - `use_onednn_linears_(module, pack)`: what the model calls where it is built (and again, with
   `pack`, once it only decodes): every CPU `nn.Linear` inside becomes a `OneDNNLinear` (same
@@ -150,13 +150,17 @@ def nt_operand(b: Tensor) -> Tensor:
     return b.contiguous() if _train_fp32(b) else b
 
 
-def _few_rows_for_mkl(rows: int, weight: Tensor) -> bool:
-    """A few rows (a small beam, one sentence) against a weight that fits in L2 take MKL's sgemm
-    where it runs at full speed (`MKL_AT_FULL_SPEED`, where training takes it too): there oneDNN's
-    primitive costs 10-15 us a call more (Intel Xeon, one thread: [4 x 256] x [256 x 256] 21 us
-    against 7, [4 x 512] x [512 x 512] 28 against 19), while larger weights gain from the packed
-    layout ([4 x 512] x [512 x 2048] 186 us against 305; the output projection)."""
-    return MKL_AT_FULL_SPEED and rows < 16 and weight.numel() <= 2 ** 18
+def _small_weight_for_mkl(rows: int, weight: Tensor, transposed_copy: bool) -> bool:
+    """A weight that fits in a quarter of L2 (at most 2^18 elements: every weight of a d=256 model,
+    the d=512 model's [512 x 512]) takes MKL's sgemm where it runs at full speed
+    (`MKL_AT_FULL_SPEED`, where training takes it too): for fewer than 128 rows through the weight's
+    transposed copy (`transposed_copy`: a packed model, one that only decodes), else for fewer than 16 rows.
+    Intel Xeon, one thread, 12 distinct weights in turn, us a product (MKL with the weight as stored
+    / MKL with its transposed copy / oneDNN packed): [4 x 256] x [256 x 768] 71 / 53 / 73, [64 x 256]
+    x [256 x 768] 270 / 225 / 258, [16 x 512] x [512 x 512] 123 / 101 / 157, [160 x 256] x [256 x
+    1024] 865 / 852 / 804. Larger weights gain from oneDNN's packed layout at every row count
+    ([4 x 512] x [512 x 2048] 504 / 686 / 527; the output projection)."""
+    return MKL_AT_FULL_SPEED and weight.numel() <= 2 ** 18 and rows < (128 if transposed_copy else 16)
 
 
 class _OneDNNLinear(torch.autograd.Function):
@@ -180,18 +184,26 @@ class _OneDNNLinear(torch.autograd.Function):
 
 
 class PackedWeight:
-    """oneDNN's blocked copy of one weight for inference, re-made when the weight's data pointer or
-    version counter moves (load_state_dict, in-place ops on the parameter; not in-place ops on
-    `param.data`, which optimizers use: see `use_onednn_linears_`)."""
+    """The copies of one weight that decoding multiplies by: oneDNN's blocked layout (`get`) and the
+    dense transpose [in, out] (`transposed`, for `_small_weight_for_mkl`), each made on first use and
+    re-made when the weight's data pointer or version counter moves (load_state_dict, in-place ops on
+    the parameter; not in-place ops on `param.data`, which optimizers use: see `use_onednn_linears_`)."""
 
     def __init__(self):
-        self.packed, self.key = None, None
+        self.copies: dict[str, tuple] = {}  # layout -> ((data pointer, version) of the weight, its copy)
+
+    def _copy(self, layout: str, weight: Tensor, make) -> Tensor:
+        key = (weight.data_ptr(), weight._version)
+        kept = self.copies.get(layout)
+        if kept is None or kept[0] != key:
+            kept = self.copies[layout] = (key, make(weight.detach()))
+        return kept[1]
 
     def get(self, weight: Tensor) -> Tensor:
-        key = (weight.data_ptr(), weight._version)
-        if key != self.key:
-            self.packed, self.key = _call("_reorder_linear_weight", weight.detach()), key
-        return self.packed
+        return self._copy("oneDNN", weight, lambda w: _call("_reorder_linear_weight", w))
+
+    def transposed(self, weight: Tensor) -> Tensor:
+        return self._copy("transposed", weight, lambda w: w.t().contiguous())  # [in, out]
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: PackedWeight | None = None) -> Tensor:
@@ -204,9 +216,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
                 if MKL_AT_FULL_SPEED:
                     return F.linear(x, weight, bias)
                 return _OneDNNLinear.apply(x, weight, bias)
-            if _few_rows_for_mkl(x.numel() // x.size(-1), weight):
-                return F.linear(x, weight, bias)
-            x2 = x.reshape(-1, x.size(-1)).contiguous()  # [N, k]
+            x2 = x.reshape(-1, x.size(-1))  # [N, k]
+            if _small_weight_for_mkl(x2.size(0), weight, transposed_copy=packed is not None):
+                if packed is None:
+                    return F.linear(x, weight, bias)
+                w_t = packed.transposed(weight)  # [k, M]
+                out = x2 @ w_t if bias is None else torch.addmm(bias, x2, w_t)
+                return out.view(*x.shape[:-1], weight.size(0))
+            x2 = x2.contiguous()
             w = weight.contiguous() if packed is None else packed.get(weight)
             return _call("_linear_pointwise", x2, w, bias, "none", [], "").view(*x.shape[:-1], weight.size(0))
         except _Unusable:
