@@ -11,7 +11,7 @@ product, oneDNN with its copies 150-170. So training's products take oneDNN only
 run at full speed (`MKL_AT_FULL_SPEED`: MKL on an Intel CPU). Decoding's packed weights stay on
 oneDNN, except against a small weight where MKL runs at full speed (`_small_weight_for_mkl`): there
 oneDNN's per-call cost shows at a few rows, and MKL multiplies fastest by a dense transposed copy of
-the weight, [in, out] (kept beside the oneDNN copy, `PackedWeight`), up to about a hundred rows.
+the weight, [in, out] (kept beside the oneDNN copy, `PackedWeight`), below 128 rows.
 
 - `use_onednn_linears_(module, pack)`: what the model calls where it is built (and again, with
   `pack`, once it only decodes): every CPU `nn.Linear` inside becomes a `OneDNNLinear` (same
@@ -154,7 +154,8 @@ def _small_weight_for_mkl(rows: int, weight: Tensor, transposed_copy: bool) -> b
     """A weight that fits in a quarter of L2 (at most 2^18 elements: every weight of a d=256 model,
     the d=512 model's [512 x 512]) takes MKL's sgemm where it runs at full speed
     (`MKL_AT_FULL_SPEED`, where training takes it too): for fewer than 128 rows through the weight's
-    transposed copy (`transposed_copy`: a packed model, one that only decodes), else for fewer than 16 rows.
+    transposed copy (`transposed_copy`: a packed model, one that only decodes), else for fewer than
+    16 rows.
     Intel Xeon, one thread, 12 distinct weights in turn, us a product (MKL with the weight as stored
     / MKL with its transposed copy / oneDNN packed): [4 x 256] x [256 x 768] 71 / 53 / 73, [64 x 256]
     x [256 x 768] 270 / 225 / 258, [16 x 512] x [512 x 512] 123 / 101 / 157, [160 x 256] x [256 x
@@ -208,8 +209,8 @@ class PackedWeight:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: PackedWeight | None = None) -> Tensor:
     """`F.linear(x, weight, bias)`, through oneDNN for float32 CPU tensors: the autograd Function when
-    autograd records (where training takes oneDNN), else the `packed` copy of the weight when one is
-    given."""
+    autograd records (where training takes oneDNN), else the `packed` copies of the weight when they
+    are given (oneDNN's layout, or the transposed one for MKL: `_small_weight_for_mkl`)."""
     if _cpu_fp32(x, weight):
         try:
             if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
