@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from .attention_cache import BeamAncestry, BeamSelfAttentionCache
 from .attention_kernels import softmax_lastdim
+from .onednn_linear import OneDNNLinear, linear
 
 
 def _per_head(x: Tensor, n: int, heads: int) -> Tensor:
@@ -36,6 +37,15 @@ def _per_row(x: Tensor, n: int) -> Tensor:
     """The inverse of `_per_head`: [n * heads, g, d_k] -> [n * g, heads * d_k]."""
     g, d_k = x.shape[1:]
     return x.view(n, -1, g, d_k).transpose(1, 2).reshape(n * g, -1)
+
+
+def _project(layer: nn.Module, x: Tensor) -> Tensor:
+    """layer(x). An `nn.Linear` (or the `OneDNNLinear` it becomes on CPU) without hooks is computed
+    without `nn.Module.__call__`, whose machinery costs about as much as a product of a few rows
+    (19 calls a step); any other layer, or one with hooks, is called as a module."""
+    if type(layer) in (nn.Linear, OneDNNLinear) and not (layer._forward_hooks or layer._forward_pre_hooks):
+        return linear(x, layer.weight, layer.bias, getattr(layer, "packed", None))
+    return layer(x)
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], scale: float) -> Tensor:
@@ -98,19 +108,19 @@ class BeamDecodingStep:
         for layer, cache, (memory_k, memory_v) in zip(self.layers, self.self_kv, self.memory_kv):
             # masked self-attention: this step's K, V join the sentence's; each query sees its ancestors'
             h = layer.self_attn_block.open(x)
-            q, k, v = _per_head(layer.self_attn.qkv_proj(h), n, 3 * heads).view(n, 3, heads, -1, h.size(-1) // heads
-                                                                                  ).unbind(1)  # 3 x [N, H, g, d_k]
+            qkv = _per_head(_project(layer.self_attn.qkv_proj, h), n, 3 * heads)  # [N * 3H, g, d_k]
+            q, k, v = qkv.view(n, 3, heads, -1, qkv.size(-1)).unbind(1)  # 3 x [N, H, g, d_k]
             keys, values = cache.append(k, v)  # 2 x [N * H, steps x beam, d_k]
             out = _attend(q.reshape(n * heads, -1, q.size(-1)), keys, values, self_bias, scale)
-            x = layer.self_attn_block.close(x, layer.self_attn.out_proj(_per_row(out, n)))
+            x = layer.self_attn_block.close(x, _project(layer.self_attn.out_proj, _per_row(out, n)))
             # encoder-decoder attention
             h = layer.cross_attn_block.open(x)
-            q = _per_head(layer.cross_attn.q_proj(h), n, heads)  # [N * H, g, d_k]
+            q = _per_head(_project(layer.cross_attn.q_proj, h), n, heads)  # [N * H, g, d_k]
             out = _attend(q, memory_k, memory_v, self.memory_bias, scale)
-            x = layer.cross_attn_block.close(x, layer.cross_attn.out_proj(_per_row(out, n)))
+            x = layer.cross_attn_block.close(x, _project(layer.cross_attn.out_proj, _per_row(out, n)))
             # position-wise feed-forward (Eq. 2)
             h = layer.ffn_block.open(x)
-            x = layer.ffn_block.close(x, layer.ffn.fc2(layer.ffn.fc1(h).relu_()))
+            x = layer.ffn_block.close(x, _project(layer.ffn.fc2, _project(layer.ffn.fc1, h).relu_()))
         if self.final_norm is not None:
             x = self.final_norm(x)
         return self.output_layer(x)  # [rows, V]

@@ -48,4 +48,4 @@ def layer_norm(x: Tensor, norm: nn.LayerNorm) -> Tensor:
     if (torch.is_grad_enabled() and x.requires_grad and x.device.type == "cpu" and x.dtype == torch.float32
             and bool(norm.weight.detach().abs().min() >= SMALLEST_GAIN)):
         return _LayerNormKeepingOutput.apply(x, norm.weight, norm.bias, norm.eps)
-    return norm(x)
+    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)  # norm(x), without Module.__call__
