@@ -152,7 +152,7 @@ def test_where_mkl_runs_at_full_speed_training_products_are_f_linear_and_decodin
     (True, True, 4, 8, "MKL"),  # a small weight, MKL at full speed: through the transposed copy
     (True, True, 127, 2 ** 15, "MKL"),  # 2^15 x 8 = 2^18 elements: still small; fewer than 128 rows
     (True, True, 128, 8, "oneDNN"),  # enough rows for oneDNN's packed layout
-    (True, True, 4, 2 ** 15 + 1, "oneDNN"),  # a weight beyond a quarter of L2 (the output projection)
+    (True, True, 4, 2 ** 15 + 1, "oneDNN"),  # a weight of more than 2^18 elements (the output projection)
     (True, False, 15, 8, "MKL"),  # not packed (no transposed copy): MKL for fewer than 16 rows only
     (True, False, 16, 8, "oneDNN"),
     (False, True, 4, 8, "oneDNN"),  # MKL's slow path (off Intel): oneDNN everywhere

@@ -151,16 +151,16 @@ def nt_operand(b: Tensor) -> Tensor:
 
 
 def _small_weight_for_mkl(rows: int, weight: Tensor, transposed_copy: bool) -> bool:
-    """A weight that fits in a quarter of L2 (at most 2^18 elements: every weight of a d=256 model,
-    the d=512 model's [512 x 512]) takes MKL's sgemm where it runs at full speed
+    """A small weight (at most 2^18 elements, 1 MB, half this Xeon's L2: every weight of a d=256
+    model's layers, the d=512 model's [512 x 512]) takes MKL's sgemm where it runs at full speed
     (`MKL_AT_FULL_SPEED`, where training takes it too): for fewer than 128 rows through the weight's
     transposed copy (`transposed_copy`: a packed model, one that only decodes), else for fewer than
     16 rows.
     Intel Xeon, one thread, 12 distinct weights in turn, us a product (MKL with the weight as stored
     / MKL with its transposed copy / oneDNN packed): [4 x 256] x [256 x 768] 71 / 53 / 73, [64 x 256]
     x [256 x 768] 270 / 225 / 258, [16 x 512] x [512 x 512] 123 / 101 / 157, [160 x 256] x [256 x
-    1024] 865 / 852 / 804. Larger weights gain from oneDNN's packed layout at every row count
-    ([4 x 512] x [512 x 2048] 504 / 686 / 527; the output projection)."""
+    1024] 865 / 852 / 804. For larger weights no layout wins at every row count, and oneDNN's
+    packed one wins at most ([16 x 512] x [512 x 2048] 828 / 1002 / 766; the output projection)."""
     return MKL_AT_FULL_SPEED and weight.numel() <= 2 ** 18 and rows < (128 if transposed_copy else 16)
 
 
@@ -185,7 +185,7 @@ class _OneDNNLinear(torch.autograd.Function):
 
 
 class PackedWeight:
-    """The copies of one weight that decoding multiplies by: oneDNN's blocked layout (`get`) and the
+    """The copies of one weight that decoding multiplies by: oneDNN's blocked layout (`onednn`) and the
     dense transpose [in, out] (`transposed`, for `_small_weight_for_mkl`), each made on first use and
     re-made when the weight's data pointer or version counter moves (load_state_dict, in-place ops on
     the parameter; not in-place ops on `param.data`, which optimizers use: see `use_onednn_linears_`)."""
@@ -200,7 +200,7 @@ class PackedWeight:
             kept = self.copies[layout] = (key, make(weight.detach()))
         return kept[1]
 
-    def get(self, weight: Tensor) -> Tensor:
+    def onednn(self, weight: Tensor) -> Tensor:
         return self._copy("oneDNN", weight, lambda w: _call("_reorder_linear_weight", w))
 
     def transposed(self, weight: Tensor) -> Tensor:
@@ -225,7 +225,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
                 out = x2 @ w_t if bias is None else torch.addmm(bias, x2, w_t)
                 return out.view(*x.shape[:-1], weight.size(0))
             x2 = x2.contiguous()
-            w = weight.contiguous() if packed is None else packed.get(weight)
+            w = weight.contiguous() if packed is None else packed.onednn(weight)
             return _call("_linear_pointwise", x2, w, bias, "none", [], "").view(*x.shape[:-1], weight.size(0))
         except _Unusable:
             pass
