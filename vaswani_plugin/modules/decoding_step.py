@@ -24,7 +24,6 @@ from torch import Tensor, nn
 
 from .attention_cache import BeamAncestry, BeamSelfAttentionCache
 from .attention_kernels import softmax_lastdim
-from .onednn_linear import OneDNNLinear, linear
 
 
 def _per_head(x: Tensor, n: int, heads: int) -> Tensor:
@@ -40,12 +39,11 @@ def _per_row(x: Tensor, n: int) -> Tensor:
 
 
 def _project(layer: nn.Module, x: Tensor) -> Tensor:
-    """layer(x). An `nn.Linear` (or the `OneDNNLinear` it becomes on CPU) without hooks is computed
-    without `nn.Module.__call__`, whose machinery costs about as much as a product of a few rows
-    (19 calls a step); any other layer, or one with hooks, is called as a module."""
-    if type(layer) in (nn.Linear, OneDNNLinear) and not (layer._forward_hooks or layer._forward_pre_hooks):
-        return linear(x, layer.weight, layer.bias, getattr(layer, "packed", None))
-    return layer(x)
+    """layer(x): its own `forward` where it has no hooks, without `nn.Module.__call__`, whose
+    machinery costs about as much as a product of a few rows (19 calls a step)."""
+    if layer._forward_hooks or layer._forward_pre_hooks:
+        return layer(x)
+    return layer.forward(x)
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], scale: float) -> Tensor:
