@@ -201,10 +201,18 @@ class PackedWeight:
         return kept[1]
 
     def onednn(self, weight: Tensor) -> Tensor:
-        return self._copy("oneDNN", weight, lambda w: _call("_reorder_linear_weight", w))
+        return self._copy("oneDNN", weight, _blocked)
 
     def transposed(self, weight: Tensor) -> Tensor:
-        return self._copy("transposed", weight, lambda w: w.t().contiguous())  # [in, out]
+        return self._copy("transposed", weight, _dense_transpose)
+
+
+def _blocked(weight: Tensor) -> Tensor:
+    return _call("_reorder_linear_weight", weight)
+
+
+def _dense_transpose(weight: Tensor) -> Tensor:
+    return weight.t().contiguous()  # [in, out]
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: PackedWeight | None = None) -> Tensor:
