@@ -28,9 +28,12 @@ class PositionwiseFeedForward(nn.Module):
         self.relu_dropout = relu_dropout
 
     def forward(self, x: Tensor) -> Tensor:
-        # in place: fc1's backward needs its input, not its output, so no [B, T, d_ff] copy is made
-        h = dropout(F.relu(self.fc1(x), inplace=True), self.relu_dropout, self.training)  # [B, T, d_ff]
-        return self.fc2(h)
+        # The ReLU runs in place (fc1's backward needs its input, not its output: no [N, d_ff] copy)
+        # on fc1's own 2-D result: nn.Linear returns a [B, T, d_ff] input's product as a view, and an
+        # in-place op on a view makes autograd's backward zero-fill, copy and scatter a whole
+        # [N, d_ff] gradient (CopySlices) on top of the ReLU's own pass.
+        h = dropout(F.relu(self.fc1(x.reshape(-1, x.size(-1))), inplace=True), self.relu_dropout, self.training)
+        return self.fc2(h).view(x.shape)  # h: [N, d_ff], N = B * T
 
 
 class _Residual(nn.Module):
