@@ -94,16 +94,29 @@ def test_beam_decoding_step_equals_the_layers_over_each_hypothesis_history(norma
     assert len(live) == 2 and step_fn.self_kv[0].k.size(2) > 16 * beam
 
 
-def test_the_decoding_step_calls_a_decoder_linear_layer_that_has_hooks_as_a_module():
+@pytest.mark.parametrize("hook_on", ["the layer", "every module"])
+def test_the_decoding_step_calls_a_decoder_linear_layer_that_has_hooks_as_a_module(hook_on):
     """The step computes the layers' linear products without nn.Module.__call__, except where that
-    would skip something: a forward hook on one of them (a user's probe) still changes the logits
-    as it changes the modules' own forward."""
+    would skip something: a forward hook on one of them, or one set for every module (a user's
+    probe), still changes the logits as it changes the modules' own forward."""
     torch.manual_seed(0)
     d, heads, vocab, sentences = 16, 4, 11, 2
     embedding = ScaledEmbedding(torch.nn.Embedding(vocab, d, padding_idx=1)).eval()
     layers = torch.nn.ModuleList([DecoderLayer(d, heads, 32, 0.0)]).eval()
     onednn_linear.use_onednn_linears_(layers)
-    layers[0].ffn.fc1.register_forward_hook(lambda module, inputs, out: out * 0.5)
+    fc1 = layers[0].ffn.fc1
+    if hook_on == "the layer":
+        handle = fc1.register_forward_hook(lambda module, inputs, out: out * 0.5)
+    else:
+        handle = torch.nn.modules.module.register_module_forward_hook(
+            lambda module, inputs, out: out * 0.5 if module is fc1 else None)
+    try:
+        _check_the_step_equals_the_layer(embedding, layers, d, sentences)
+    finally:
+        handle.remove()
+
+
+def _check_the_step_equals_the_layer(embedding, layers, d, sentences):
     decoder = SimpleNamespace(embedding=embedding, layers=layers, final_norm=None,
                               output_layer=lambda x: F.linear(x, embedding.embed_tokens.weight))
     memory = torch.randn(sentences, 5, d)

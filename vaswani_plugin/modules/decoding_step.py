@@ -21,6 +21,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks  # read by every Module call
 
 from .attention_cache import BeamAncestry, BeamSelfAttentionCache
 from .attention_kernels import softmax_lastdim
@@ -39,9 +40,10 @@ def _per_row(x: Tensor, n: int) -> Tensor:
 
 
 def _project(layer: nn.Module, x: Tensor) -> Tensor:
-    """layer(x): its own `forward` where it has no hooks, without `nn.Module.__call__`, whose
-    machinery costs about as much as a product of a few rows (19 calls a step)."""
-    if layer._forward_hooks or layer._forward_pre_hooks:
+    """layer(x): its own `forward` where no hook would see the call (the layer's own or one set for
+    every module), without `nn.Module.__call__`, whose machinery costs about as much as a product of
+    a few rows (19 calls a step)."""
+    if layer._forward_hooks or layer._forward_pre_hooks or _global_forward_hooks or _global_forward_pre_hooks:
         return layer(x)
     return layer.forward(x)
 
