@@ -7,12 +7,12 @@ tensor2tensor's later presets (a departure from the paper, off by default; it ex
 """
 from typing import Dict, Optional, Tuple
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import FusedEncoderDecoderAttention, FusedSelfAttention
 from .dropout import dropout, dropout_add
 from .layer_norm import layer_norm
+from .relu import relu_feeding_a_linear_
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -31,8 +31,9 @@ class PositionwiseFeedForward(nn.Module):
         # The ReLU runs in place (fc1's backward needs its input, not its output: no [N, d_ff] copy)
         # on fc1's own 2-D result: nn.Linear returns a [B, T, d_ff] input's product as a view, and an
         # in-place op on a view makes autograd's backward zero-fill, copy and scatter a whole
-        # [N, d_ff] gradient (CopySlices) on top of the ReLU's own pass.
-        h = dropout(F.relu(self.fc1(x.reshape(-1, x.size(-1))), inplace=True), self.relu_dropout, self.training)
+        # [N, d_ff] gradient (CopySlices) on top of the ReLU's own pass. Its output goes to fc2
+        # alone (through dropout), so its backward may write into its incoming gradient (modules.relu).
+        h = dropout(relu_feeding_a_linear_(self.fc1(x.reshape(-1, x.size(-1)))), self.relu_dropout, self.training)
         return self.fc2(h).view(x.shape)  # h: [N, d_ff], N = B * T
 
 
