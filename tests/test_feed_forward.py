@@ -2,13 +2,29 @@
 checked against the formula written out in float64 (values and every gradient), and its in-place
 ReLU checked to stay off a view (autograd would then zero-fill, copy and scatter a whole [N, d_ff]
 gradient in the backward: CopySlices). modules/relu.py's ReLU against `F.relu`, and its one
-departure pinned: its backward writes into the gradient that reaches it."""
+departure pinned: its backward writes into the gradient that reaches it. The model's layers are the
+plugin's linear layers (modules.onednn_linear), training on oneDNN off Intel and on MKL on Intel:
+the feed-forward tests run with every one of those backends on any CPU."""
 import pytest
 import torch
 import torch.nn.functional as F
 
+from vaswani_plugin.modules import onednn_linear
 from vaswani_plugin.modules.layers import PositionwiseFeedForward
 from vaswani_plugin.modules.relu import relu_feeding_a_linear_
+
+BACKENDS = ["nn.Linear", "oneDNN", "MKL"]  # the layers as built; the model's, training as off Intel / on Intel
+
+
+def _feed_forward(backend, monkeypatch, d_model=16, d_ff=48):
+    ffn = PositionwiseFeedForward(d_model, d_ff).train()
+    if backend != "nn.Linear":
+        if not onednn_linear.onednn_available():
+            pytest.skip("torch without oneDNN")
+        monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", backend == "MKL")
+        onednn_linear.use_onednn_linears_(ffn)
+        assert type(ffn.fc1) is onednn_linear.OneDNNLinear
+    return ffn
 
 
 def _graph_nodes(tensor):
@@ -24,10 +40,11 @@ def _graph_nodes(tensor):
     return names
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("shape", [(4, 7, 16), (3, 16), (2, 1, 16)])
-def test_values_and_gradients_equal_eq_2_in_float64(shape):
+def test_values_and_gradients_equal_eq_2_in_float64(shape, backend, monkeypatch):
     torch.manual_seed(0)
-    ffn = PositionwiseFeedForward(16, 48).train()
+    ffn = _feed_forward(backend, monkeypatch)
     x = torch.randn(*shape, requires_grad=True)
     g = torch.randn(*shape)
     y = ffn(x)
@@ -46,8 +63,9 @@ def test_values_and_gradients_equal_eq_2_in_float64(shape):
         torch.testing.assert_close(ours.double(), reference, rtol=1e-5, atol=1e-5)
 
 
-def test_the_in_place_relu_of_a_batch_of_sentences_is_not_on_a_view():
-    ffn = PositionwiseFeedForward(16, 48).train()
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_in_place_relu_of_a_batch_of_sentences_is_not_on_a_view(backend, monkeypatch):
+    ffn = _feed_forward(backend, monkeypatch)
     y = ffn(torch.randn(4, 7, 16, requires_grad=True))  # [B, T, d]: nn.Linear's product would be a view
     nodes = _graph_nodes(y)
     assert any("Relu" in node for node in nodes)

@@ -168,20 +168,24 @@ class _OneDNNLinear(torch.autograd.Function):
     """y = x Wᵀ + b with dy/dx = g W and dW = gᵀ x, every product through oneDNN."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias):
-        x2 = x.reshape(-1, x.size(-1))  # [N, k]
+    def forward(ctx, x2, weight, bias):  # x2: [N, k]
         ctx.save_for_backward(x2, weight)
-        ctx.x_shape, ctx.has_bias = x.shape, bias is not None
-        return _linear(x2, weight, bias).view(*x.shape[:-1], weight.size(0))  # [..., M]
+        ctx.has_bias = bias is not None
+        return _linear(x2, weight, bias)  # [N, M]
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, g):  # g: [N, M]
         x2, weight = ctx.saved_tensors
-        g = grad.reshape(-1, grad.size(-1))  # [N, M]
-        grad_x = _linear(g, weight.t()).view(ctx.x_shape) if ctx.needs_input_grad[0] else None  # [..., k]
+        grad_x = _linear(g, weight.t()) if ctx.needs_input_grad[0] else None  # [N, k]
         grad_w = _linear(g.t(), x2.t()) if ctx.needs_input_grad[1] else None  # [M, k]
         grad_b = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None  # [M]
         return grad_x, grad_w, grad_b
+
+
+def _shaped_as_input(out: Tensor, x: Tensor) -> Tensor:
+    """[N, M] -> [..., M] as x's leading dimensions; a 2-D x's product is returned as it is, not as a
+    view: an in-place op on a view makes autograd copy and scatter the whole gradient (CopySlices)."""
+    return out if x.dim() == 2 else out.view(*x.shape[:-1], out.size(-1))
 
 
 class PackedWeight:
@@ -224,17 +228,18 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
             if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
                 if MKL_AT_FULL_SPEED:
                     return F.linear(x, weight, bias)
-                return _OneDNNLinear.apply(x, weight, bias)
+                # 2-D into the Function, the view outside it: autograd forbids in-place ops (the
+                # feed-forward's ReLU) on a view that a custom Function returns.
+                return _shaped_as_input(_OneDNNLinear.apply(x.reshape(-1, x.size(-1)), weight, bias), x)
             x2 = x.reshape(-1, x.size(-1))  # [N, k]
             if _small_weight_for_mkl(x2.size(0), weight, transposed_copy=packed is not None):
                 if packed is None:
                     return F.linear(x, weight, bias)
                 w_t = packed.transposed(weight)  # [k, M]
-                out = x2 @ w_t if bias is None else torch.addmm(bias, x2, w_t)
-                return out.view(*x.shape[:-1], weight.size(0))
+                return _shaped_as_input(x2 @ w_t if bias is None else torch.addmm(bias, x2, w_t), x)
             x2 = x2.contiguous()
             w = weight.contiguous() if packed is None else packed.onednn(weight)
-            return _call("_linear_pointwise", x2, w, bias, "none", [], "").view(*x.shape[:-1], weight.size(0))
+            return _shaped_as_input(_call("_linear_pointwise", x2, w, bias, "none", [], ""), x)
         except _Unusable:
             pass
     return F.linear(x, weight, bias)
