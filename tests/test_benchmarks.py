@@ -7,6 +7,7 @@ import statistics
 import subprocess
 import sys
 
+import pytest
 import torch
 from helpers import ROOT
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -90,6 +91,20 @@ def test_gemm_rate_is_all_flops_over_all_time_and_the_share_divides_by_it():
     assert abs(rate - 3.2e9) < 1
     # a step of 8 GFLOP in 5 s runs at 1.6 GFLOP/s: half the GEMM rate
     assert train_step.gemm_columns(8e9 / 5, rate) == ["3.2", "50%"]
+
+
+@pytest.mark.parametrize("transposed", [(False, False), (False, True), (True, False)])
+def test_every_product_the_gemm_rate_times_computes_a_times_w(transposed):
+    """Each library's product is the one the step runs (F.linear's forward and both backward
+    products: operands as views of transposed tensors), against float64 matmul."""
+    a = train_step._operand(1, 24, 16, transposed[0], "cpu", torch.float32)  # [24, 16]
+    w = train_step._operand(1, 16, 40, transposed[1], "cpu", torch.float32)  # [16, 40]
+    products = train_step.gemm_products(a, w)
+    assert "torch" in products and ("oneDNN" in products) == torch.backends.mkldnn.is_available()
+    for product in products.values():
+        torch.testing.assert_close(product().double(), a.double() @ w.double(), rtol=1e-5, atol=1e-5)
+    batched = train_step.gemm_products(torch.randn(3, 4, 5), torch.randn(3, 5, 6))
+    assert list(batched) == ["torch"]  # attention's batched products: torch.bmm alone
 
 
 def test_step_products_are_the_flop_formula_term_by_term():
