@@ -216,11 +216,12 @@ def gemm_products(a, w):
     operands laid out as it wants them (a [n, k], w as [m, k]; the layout is made before the timing)."""
     import torch
 
+    from vaswani_plugin.modules import onednn_linear
+
     products = {"torch": lambda: torch.mm(a, w) if a.dim() == 2 else torch.bmm(a, w)}
-    if (a.dim() == 2 and a.device.type == "cpu" and a.dtype == torch.float32
-            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+    if a.dim() == 2 and onednn_linear._cpu_fp32(a, w):  # oneDNN there, fp32 CPU operands
         a_dense, w_rows = a.contiguous(), w.t().contiguous()  # [n, k], [m, k]
-        products["oneDNN"] = lambda: torch.ops.mkldnn._linear_pointwise(a_dense, w_rows, None, "none", [], "")
+        products["oneDNN"] = lambda: onednn_linear._linear(a_dense, w_rows)  # the plugin's own oneDNN product
     return products
 
 

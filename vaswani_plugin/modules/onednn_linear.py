@@ -237,13 +237,13 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
     are given (oneDNN's layout, or the transposed one for MKL: `_small_weight_for_mkl`)."""
     if _cpu_fp32(x, weight):
         try:
+            x2 = x.reshape(-1, x.size(-1))  # [N, k]
             if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
                 if MKL_AT_FULL_SPEED:
                     return F.linear(x, weight, bias)
                 # 2-D into the Function, the view outside it: autograd forbids in-place ops (the
                 # feed-forward's ReLU) on a view that a custom Function returns.
-                return _shaped_as_input(_OneDNNLinear.apply(x.reshape(-1, x.size(-1)), weight, bias), x)
-            x2 = x.reshape(-1, x.size(-1))  # [N, k]
+                return _shaped_as_input(_OneDNNLinear.apply(x2, weight, bias), x)
             if _small_weight_for_mkl(x2.size(0), weight, transposed_copy=packed is not None):
                 if packed is None:
                     return F.linear(x, weight, bias)
