@@ -25,13 +25,15 @@ Anything else (other dtypes, CUDA tensors) takes plain `F.linear`; results equal
 float rounding (another summation order).
 
 oneDNN keeps every primitive it creates, one per distinct product shape, in a cache of 1,024 by
-default, and each holds memory that grows with the product: a [N x 1024] x [1024 x 4096] one about
-4 MB (AMD EPYC). Training meets new row counts N at every update (N = sentences x length), so with
-that default a big model's fairseq-train run grew by about 1.3 GB over 8 updates (peak RSS 8.2 GB,
-against 6.9 GB training on MKL), and would go on growing. The plugin caps the cache at
-`PRIMITIVE_CACHE_CAPACITY` (through oneDNN's ONEDNN_PRIMITIVE_CACHE_CAPACITY, which it reads when it
-creates its first primitive, so only where nothing in the process has used oneDNN yet, and never
-over a value the user has set): enough for the distinct shapes of one update or one decoding step.
+default, and torch's oneDNN layer (ideep) keeps them in a cache of its own besides. Each primitive holds memory: its
+JIT-compiled kernel, about 0.6 MB whatever the shape (Intel Xeon model 167), and up to about 4 MB at
+a [N x 1024] x [1024 x 4096] product (AMD EPYC). Training meets new row counts N at every update
+(N = sentences x length), so with those defaults a big model's fairseq-train run grew by about 1.3
+GB over 8 updates (peak RSS 8.2 GB, against 6.9 GB training on MKL), and would go on growing. The
+plugin caps both caches at `PRIMITIVE_CACHE_CAPACITY` (oneDNN's ONEDNN_PRIMITIVE_CACHE_CAPACITY and
+ideep's LRU_CACHE_CAPACITY, read when the first primitive is created, so only where nothing in the
+process has used oneDNN yet, and never over a value the user has set): enough for the distinct
+shapes of one update or one decoding step. Capping one cache alone leaves the other growing.
 
 oneDNN is reached through private torch ops (`_PRIVATE_OPS`). Each is looked up at import, and
 each call goes through `_call`: if one is missing, or fails the first time it is used, one log line
@@ -49,8 +51,10 @@ from torch import Tensor, nn
 logger = logging.getLogger(__name__)
 
 _PRIVATE_OPS = ("_linear_pointwise", "_reorder_linear_weight")  # torch.ops.mkldnn.*, every one used here
-PRIMITIVE_CACHE_CAPACITY = 32  # oneDNN primitives kept (module docstring); oneDNN's default is 1,024
-os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(PRIMITIVE_CACHE_CAPACITY))
+PRIMITIVE_CACHE_CAPACITY = 32  # primitives kept in each cache (module docstring); the default is 1,024
+CACHE_CAPACITY_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")  # oneDNN's, ideep's
+for _variable in CACHE_CAPACITY_VARIABLES:
+    os.environ.setdefault(_variable, str(PRIMITIVE_CACHE_CAPACITY))
 
 
 def _missing_ops() -> str | None:
