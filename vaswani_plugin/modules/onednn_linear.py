@@ -25,8 +25,8 @@ Anything else (other dtypes, CUDA tensors) takes plain `F.linear`; results equal
 float rounding (another summation order).
 
 oneDNN keeps every primitive it creates, one per distinct product shape, in a cache of 1,024 by
-default, and torch's oneDNN layer (ideep) keeps them in a cache of its own besides. Each primitive holds memory: its
-JIT-compiled kernel, about 0.6 MB whatever the shape (Intel Xeon model 167), and up to about 4 MB at
+default, and torch's oneDNN layer (ideep) keeps them in a cache of its own besides. Each primitive
+holds memory: its JIT-compiled kernel, about 0.6 MB whatever the shape (Intel Xeon model 167), and up to about 4 MB at
 a [N x 1024] x [1024 x 4096] product (AMD EPYC). Training meets new row counts N at every update
 (N = sentences x length), so with those defaults a big model's fairseq-train run grew by about 1.3
 GB over 8 updates (peak RSS 8.2 GB, against 6.9 GB training on MKL), and would go on growing. The
@@ -51,7 +51,7 @@ from torch import Tensor, nn
 logger = logging.getLogger(__name__)
 
 _PRIVATE_OPS = ("_linear_pointwise", "_reorder_linear_weight")  # torch.ops.mkldnn.*, every one used here
-PRIMITIVE_CACHE_CAPACITY = 32  # primitives kept in each cache (module docstring); the default is 1,024
+PRIMITIVE_CACHE_CAPACITY = 32  # primitives kept in each cache (module docstring); oneDNN's default is 1,024
 CACHE_CAPACITY_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")  # oneDNN's, ideep's
 for _variable in CACHE_CAPACITY_VARIABLES:
     os.environ.setdefault(_variable, str(PRIMITIVE_CACHE_CAPACITY))
