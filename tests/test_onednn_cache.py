@@ -13,9 +13,9 @@ from vaswani_plugin.modules import onednn_linear
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch without oneDNN")
 
-# The resident set after each of 2 x 200 products of shapes oneDNN has not seen. A primitive's memory
-# is mostly its JIT-compiled kernel (~0.6 MB on an Intel Xeon whatever the shape), so small products
-# show the growth at little cost.
+# The resident set's growth over the second of 2 x 200 products of shapes oneDNN has not seen. A
+# primitive's memory is mostly its JIT-compiled kernel (~0.6 MB on an Intel Xeon whatever the
+# shape), so small products show the growth at little cost.
 GROWTH = """
 import sys, torch
 if sys.argv[1] == "plugin":
@@ -23,13 +23,13 @@ if sys.argv[1] == "plugin":
 def rss_mb():
     return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) / 1024
 weight, x = torch.randn(256, 256), torch.randn(64 + 8 * 400, 256)
-marks = []
-for rows in range(64, 64 + 8 * 400, 8):
-    if rows % (8 * 200) == 64:
-        marks.append(rss_mb())
-    torch.ops.mkldnn._linear_pointwise(x[:rows], weight, None, "none", [], "")
-marks.append(rss_mb())
-print(marks[2] - marks[1])  # the second 200 shapes: capped caches are full and evict by then
+def products(first_rows):  # 200 row counts, each new to oneDNN
+    for rows in range(first_rows, first_rows + 8 * 200, 8):
+        torch.ops.mkldnn._linear_pointwise(x[:rows], weight, None, "none", [], "")
+products(64)  # capped caches are full and evict from here on
+before = rss_mb()
+products(64 + 8 * 200)
+print(rss_mb() - before)
 """
 
 

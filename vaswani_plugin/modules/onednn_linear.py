@@ -26,14 +26,15 @@ float rounding (another summation order).
 
 oneDNN keeps every primitive it creates, one per distinct product shape, in a cache of 1,024 by
 default, and torch's oneDNN layer (ideep) keeps them in a cache of its own besides. Each primitive
-holds memory: its JIT-compiled kernel, about 0.6 MB whatever the shape (Intel Xeon model 167), and up to about 4 MB at
-a [N x 1024] x [1024 x 4096] product (AMD EPYC). Training meets new row counts N at every update
-(N = sentences x length), so with those defaults a big model's fairseq-train run grew by about 1.3
-GB over 8 updates (peak RSS 8.2 GB, against 6.9 GB training on MKL), and would go on growing. The
-plugin caps both caches at `PRIMITIVE_CACHE_CAPACITY` (oneDNN's ONEDNN_PRIMITIVE_CACHE_CAPACITY and
-ideep's LRU_CACHE_CAPACITY, read when the first primitive is created, so only where nothing in the
-process has used oneDNN yet, and never over a value the user has set): enough for the distinct
-shapes of one update or one decoding step. Capping one cache alone leaves the other growing.
+holds memory: its JIT-compiled kernel, about 0.6 MB whatever the shape (Intel Xeon model 167), and
+up to about 4 MB at a [N x 1024] x [1024 x 4096] product (AMD EPYC). Training meets new row counts N
+at every update (N = sentences x length), so with those defaults a big model's fairseq-train run
+grew by about 1.3 GB over 8 updates (peak RSS 8.2 GB, against 6.9 GB training on MKL), and would go
+on growing. The plugin caps both caches at `PRIMITIVE_CACHE_CAPACITY` (oneDNN's
+ONEDNN_PRIMITIVE_CACHE_CAPACITY and ideep's LRU_CACHE_CAPACITY, read when the first primitive is
+created, so only where nothing in the process has used oneDNN yet, and never over a value the user
+has set): enough for the distinct shapes of one update or one decoding step. Capping one cache alone
+leaves the other growing.
 
 oneDNN is reached through private torch ops (`_PRIVATE_OPS`). Each is looked up at import, and
 each call goes through `_call`: if one is missing, or fails the first time it is used, one log line
@@ -240,11 +241,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
     autograd records (where training takes oneDNN), else the `packed` copies of the weight when they
     are given (oneDNN's layout, or the transposed one for MKL: `_small_weight_for_mkl`)."""
     if _cpu_fp32(x, weight):
+        records = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+        if records and MKL_AT_FULL_SPEED:
+            return F.linear(x, weight, bias)
         try:
             x2 = x.reshape(-1, x.size(-1))  # [N, k]
-            if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-                if MKL_AT_FULL_SPEED:
-                    return F.linear(x, weight, bias)
+            if records:
                 # 2-D into the Function, the view outside it: autograd forbids in-place ops (the
                 # feed-forward's ReLU) on a view that a custom Function returns.
                 return _shaped_as_input(_OneDNNLinear.apply(x2, weight, bias), x)
