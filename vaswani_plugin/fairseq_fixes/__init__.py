@@ -11,6 +11,8 @@ docstring, what fairseq does alone and why the plugin changes it; each has its t
   leaves a loadable file;
 - `checkpoint_errors`: an unusable checkpoint ends the tool with one line naming the file;
 - `too_long_inputs`: a sentence over the length limits gives fairseq's message without a traceback;
+- `fused_adam_cpu`: `--optimizer adam` updates float32 CPU parameters in one fused kernel pass
+  instead of fairseq's seven per parameter (the same update);
 - `lean_beam_search`: the task's generator for one vaswani_transformer is the plugin's lean beam
   search (`models.beam_search`), fairseq's SequenceGenerator otherwise or with `--fairseq-beam-search`.
 
@@ -45,6 +47,7 @@ from . import (  # noqa: E402,F401
     checkpoint_errors,
     fp16_cpu,
     full_help,
+    fused_adam_cpu,
     keep_last_batch,
     lean_beam_search,
     too_long_inputs,

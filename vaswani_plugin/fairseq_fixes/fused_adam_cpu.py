@@ -1,0 +1,72 @@
+"""`--optimizer adam` on a CPU: fairseq's Adam update in one fused pass per parameter (speed only).
+
+fairseq 0.12's `Adam` (fairseq/optim/adam.py; fairseq-train takes it wherever apex's fused Adam
+and CUDA are missing) loops over the parameters in Python, and for each runs seven elementwise
+kernels (two for each moment, a square root into a new tensor, the epsilon, the update): seven
+passes over every parameter's moments each update, 60M parameters for the base model, 210M for big.
+torch's fused Adam kernel (`torch._fused_adamw_`, on CPUs since torch 2.4) reads the parameter, its
+gradient and both moments once and writes them once.
+
+Where every parameter of a group is a float32 CPU tensor with a dense float32 gradient and amsgrad
+is off (fp32 training; `--fp16` and `--bf16` keep float32 master weights, so there too), the
+plugin runs fairseq's update through that kernel; anything else takes fairseq's loop unchanged.
+The state is fairseq's (`step` an int, `exp_avg`, `exp_avg_sq` per parameter), so checkpoints are
+written and resumed across both paths.
+
+The update is the same formula (Kingma & Ba's Adam with decoupled weight decay, as fairseq writes
+it):  p <- p (1 - lr wd) - lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + eps).
+torch's kernel adds epsilon after the bias correction, sqrt(v) / sqrt(1 - b2^t) + eps; it is given
+eps / sqrt(1 - b2^t), which makes the two equal. Float rounding differs (another order of the same
+operations): tests/test_fused_adam.py holds it to fairseq's loop.
+"""
+import math
+from collections import defaultdict
+
+import torch
+from fairseq.optim import adam as fairseq_adam
+
+_fairseq_step = fairseq_adam.Adam.step
+
+
+def _fusable(group) -> bool:
+    """Every parameter with a gradient is float32 on the CPU, its gradient dense float32; no amsgrad."""
+    if group.get("amsgrad", False):
+        return False
+    return all(p.device.type == "cpu" and p.dtype == torch.float32 and p.grad.dtype == torch.float32
+               and not p.grad.is_sparse for p in group["params"] if p.grad is not None)
+
+
+def _fused_group_step(state, group) -> None:
+    """fairseq's update of one group, fused; parameters grouped by their step count (usually one)."""
+    beta1, beta2 = group["betas"]
+    by_step = defaultdict(list)
+    for p in group["params"]:
+        if p.grad is None:
+            continue
+        s = state[p]
+        if len(s) == 0:
+            s["step"] = 0
+            s["exp_avg"] = torch.zeros_like(p)
+            s["exp_avg_sq"] = torch.zeros_like(p)
+        s["step"] += 1
+        by_step[s["step"]].append((p, s))
+    for step, members in by_step.items():
+        params = [p for p, _ in members]
+        steps = [torch.tensor(float(step))] * len(params)  # read by the kernel for the bias corrections
+        torch._fused_adamw_(params, [p.grad for p in params], [s["exp_avg"] for _, s in members],
+                            [s["exp_avg_sq"] for _, s in members], [], steps, lr=group["lr"], beta1=beta1,
+                            beta2=beta2, weight_decay=group["weight_decay"],
+                            eps=group["eps"] / math.sqrt(1 - beta2 ** step), amsgrad=False, maximize=False)
+
+
+def step(self, closure=None):
+    """fairseq's `Adam.step`; each group of float32 CPU parameters in one fused kernel call."""
+    if not all(_fusable(group) for group in self.param_groups):
+        return _fairseq_step(self, closure)
+    loss = closure() if closure is not None else None
+    for group in self.param_groups:
+        _fused_group_step(self.state, group)
+    return loss
+
+
+fairseq_adam.Adam.step = step
