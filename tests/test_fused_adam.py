@@ -122,3 +122,14 @@ def test_fairseqs_adam_optimizer_takes_the_fused_step_once_the_plugin_is_importe
                         lambda state, group: fused.append(len(group["params"])))
     optimizer.step()
     assert fused == [len(SHAPES)]
+
+
+def test_without_a_cpu_fused_kernel_fairseqs_loop_stays(monkeypatch):
+    """torch before 2.4 has `_fused_adamw_` for CUDA only: the probe says no, and the fix is not applied."""
+    assert fused_adam_cpu.kernel_runs_here()  # the torch this project installs (2.13)
+
+    def cuda_only(*args, **kwargs):
+        raise RuntimeError("_fused_adamw_ is not implemented for CPU tensors")
+
+    monkeypatch.setattr(torch, "_fused_adamw_", cuda_only)
+    assert not fused_adam_cpu.kernel_runs_here()

@@ -18,14 +18,32 @@ it):  p <- p (1 - lr wd) - lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + eps).
 torch's kernel adds epsilon after the bias correction, sqrt(v) / sqrt(1 - b2^t) + eps; it is given
 eps / sqrt(1 - b2^t), which makes the two equal. Float rounding differs (another order of the same
 operations): tests/test_fused_adam.py holds it to fairseq's loop.
+
+A torch whose fused kernel does not run on a CPU (before 2.4) keeps fairseq's loop, with one log
+line saying so.
 """
+import logging
 import math
 from collections import defaultdict
 
 import torch
 from fairseq.optim import adam as fairseq_adam
 
+logger = logging.getLogger(__name__)
 _fairseq_step = fairseq_adam.Adam.step
+
+
+def kernel_runs_here() -> bool:
+    """Whether torch's fused AdamW kernel takes CPU tensors (one update of a 1-element tensor)."""
+    one = [torch.zeros(1)]
+    try:
+        torch._fused_adamw_(one, [torch.ones(1)], [torch.zeros(1)], [torch.zeros(1)], [], [torch.ones(1)], lr=0.1,
+                            beta1=0.9, beta2=0.98, weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
+    except (AttributeError, RuntimeError, NotImplementedError) as error:
+        logger.info("fairseq's Adam keeps its own loop on the CPU: torch's fused kernel is not usable here (%s)",
+                    error)
+        return False
+    return bool(one[0].item() < 0)  # the step moved the parameter against its gradient
 
 
 def _fusable(group) -> bool:
@@ -69,4 +87,5 @@ def step(self, closure=None):
     return loss
 
 
-fairseq_adam.Adam.step = step
+if kernel_runs_here():
+    fairseq_adam.Adam.step = step
