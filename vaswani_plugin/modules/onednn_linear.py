@@ -9,10 +9,9 @@ Measured on an Intel Xeon (family 6, model 167, AVX-512), two threads: MKL runs 
 oneDNN's primitive needs a dense copy of gᵀ and xᵀ for dW = gᵀ x: MKL 260-330 GFLOP/s for that
 product, oneDNN with its copies 150-170. So training's products take oneDNN only where MKL does not
 run at full speed (`MKL_AT_FULL_SPEED`: MKL on an Intel CPU, or on one whose widest vectors are
-AVX2). Decoding's packed weights stay on oneDNN, except against a small weight on Intel
-(`_small_weight_for_mkl`): there oneDNN's per-call cost shows at a few rows, and MKL multiplies
-fastest by a dense transposed copy of the weight, [in, out] (kept beside the oneDNN copy,
-`PackedWeight`), below 128 rows.
+AVX2). Decoding's packed weights stay on oneDNN, except against a small weight on Intel (`_small_weight_for_mkl`): there
+oneDNN's per-call cost shows at a few rows, and MKL multiplies fastest by a dense transposed copy of
+the weight, [in, out] (kept beside the oneDNN copy, `PackedWeight`), below 128 rows.
 
 - `use_onednn_linears_(module, pack)`: what the model calls where it is built (and again, with
   `pack`, once it only decodes): every CPU `nn.Linear` inside becomes a `OneDNNLinear` (same
@@ -180,9 +179,9 @@ def nt_operand(b: Tensor) -> Tensor:
 def _small_weight_for_mkl(rows: int, weight: Tensor, transposed_copy: bool) -> bool:
     """A small weight (at most 2^18 elements, 1 MB, half this Xeon's L2: every weight of a d=256
     model's layers, the d=512 model's [512 x 512]) takes MKL's sgemm on Intel, where it runs at full
-    speed (`MKL_AT_FULL_SPEED`, where training takes it too): for fewer than 128 rows through the
-    weight's transposed copy (`transposed_copy`: a packed model, one that only decodes), else for
-    fewer than 16 rows.
+    speed (`MKL_AT_FULL_SPEED`, where training takes it too): for fewer than 128 rows through the weight's
+    transposed copy (`transposed_copy`: a packed model, one that only decodes), else for fewer than
+    16 rows.
     Intel Xeon, one thread, 12 distinct weights in turn, us a product (MKL with the weight as stored
     / MKL with its transposed copy / oneDNN packed): [4 x 256] x [256 x 768] 71 / 53 / 73, [64 x 256]
     x [256 x 768] 270 / 225 / 258, [16 x 512] x [512 x 512] 123 / 101 / 157, [160 x 256] x [256 x
