@@ -8,8 +8,8 @@ Measured on an Intel Xeon (family 6, model 167, AVX-512), two threads: MKL runs 
 (forward 270-360 GFLOP/s, oneDNN the same), and it reads transposed operands in place, where
 oneDNN's primitive needs a dense copy of gᵀ and xᵀ for dW = gᵀ x: MKL 260-330 GFLOP/s for that
 product, oneDNN with its copies 150-170. So training's products take oneDNN only where MKL does not
-run at full speed (`MKL_AT_FULL_SPEED`: MKL on an Intel CPU, or on one whose widest vectors are
-AVX2). Decoding's packed weights stay on oneDNN, except against a small weight on Intel (`_small_weight_for_mkl`): there
+run at full speed (`MKL_AT_FULL_SPEED`: MKL on an Intel CPU). Decoding's packed weights stay on
+oneDNN, except against a small weight where MKL runs at full speed (`_small_weight_for_mkl`): there
 oneDNN's per-call cost shows at a few rows, and MKL multiplies fastest by a dense transposed copy of
 the weight, [in, out] (kept beside the oneDNN copy, `PackedWeight`), below 128 rows.
 
@@ -92,19 +92,10 @@ def _cpu_vendor() -> str:
         return ""
 
 
-_ON_INTEL = _cpu_vendor() == "GenuineIntel"
-
-
 def _mkl_at_full_speed() -> bool:
-    """MKL is there and as fast as oneDNN: on its own vendor's CPU, and on a CPU whose widest vectors
-    are AVX2 (torch's CPU capability "AVX2"), where oneDNN has AVX2 kernels only, as MKL does off
-    Intel. Training's products take it there (module docstring); oneDNN's everywhere else.
-    AMD EPYC Zen 1 (family 23, model 1, AVX2), two threads, a feed-forward layer and a QKV
-    projection of 4,096 rows, forward and backward: base 1,372 ms on oneDNN (with its dense copies
-    of the transposed operands), 1,102 ms on MKL; big 4,669 / 4,465 ms. On an AMD EPYC with
-    AVX-512 oneDNN's kernels run about twice MKL's (module docstring)."""
-    avx2_only = torch.backends.cpu.get_cpu_capability() == "AVX2"
-    return torch.backends.mkl.is_available() and (_ON_INTEL or avx2_only)
+    """MKL is there, on its own vendor's CPU: training's products and decoding's smallest take it
+    (module docstring); oneDNN's everywhere else."""
+    return torch.backends.mkl.is_available() and _cpu_vendor() == "GenuineIntel"
 
 
 MKL_AT_FULL_SPEED = _mkl_at_full_speed()
@@ -115,7 +106,7 @@ def backend_summary() -> str:
     if not _AVAILABLE:
         return "F.linear"
     training = ("oneDNN" if not MKL_AT_FULL_SPEED
-                else "F.linear (MKL: as fast as oneDNN on this CPU, no transposed copies)")
+                else "F.linear (MKL: as fast as oneDNN on this Intel CPU, no transposed copies)")
     return f"training in fp32 on CPU: {training}; decoding on CPU: oneDNN with packed weights; F.linear otherwise"
 
 
@@ -178,20 +169,16 @@ def nt_operand(b: Tensor) -> Tensor:
 
 def _small_weight_for_mkl(rows: int, weight: Tensor, transposed_copy: bool) -> bool:
     """A small weight (at most 2^18 elements, 1 MB, half this Xeon's L2: every weight of a d=256
-    model's layers, the d=512 model's [512 x 512]) takes MKL's sgemm on Intel, where it runs at full
-    speed (`MKL_AT_FULL_SPEED`, where training takes it too): for fewer than 128 rows through the weight's
+    model's layers, the d=512 model's [512 x 512]) takes MKL's sgemm where it runs at full speed
+    (`MKL_AT_FULL_SPEED`, where training takes it too): for fewer than 128 rows through the weight's
     transposed copy (`transposed_copy`: a packed model, one that only decodes), else for fewer than
     16 rows.
     Intel Xeon, one thread, 12 distinct weights in turn, us a product (MKL with the weight as stored
     / MKL with its transposed copy / oneDNN packed): [4 x 256] x [256 x 768] 71 / 53 / 73, [64 x 256]
     x [256 x 768] 270 / 225 / 258, [16 x 512] x [512 x 512] 123 / 101 / 157, [160 x 256] x [256 x
     1024] 865 / 852 / 804. For larger weights no layout wins at every row count, and oneDNN's
-    packed one wins at most ([16 x 512] x [512 x 2048] 828 / 1002 / 766; the output projection).
-    Not on an AVX2 AMD EPYC (Zen 1), where MKL is at full speed too: there the transposed copies
-    measured level with oneDNN's packed weights once a decoder's weights stream from memory at every
-    step, and a decoding run no faster (benchmarks/RESULTS.md, "An AMD EPYC without AVX-512")."""
-    return (MKL_AT_FULL_SPEED and _ON_INTEL and weight.numel() <= 2 ** 18
-            and rows < (128 if transposed_copy else 16))
+    packed one wins at most ([16 x 512] x [512 x 2048] 828 / 1002 / 766; the output projection)."""
+    return MKL_AT_FULL_SPEED and weight.numel() <= 2 ** 18 and rows < (128 if transposed_copy else 16)
 
 
 class _OneDNNLinear(torch.autograd.Function):
