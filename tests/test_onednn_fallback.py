@@ -66,6 +66,7 @@ def _failing_namespace():
 def test_an_op_that_fails_on_first_use_falls_back_to_f_linear_with_one_log_line(monkeypatch, caplog, mode):
     monkeypatch.setattr(onednn_linear, "_AVAILABLE", True)
     monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", False)  # training's products too, on any CPU
+    monkeypatch.setattr(onednn_linear, "MKL_FOR_FEW_ROWS", False)  # and decoding's 4 rows
     monkeypatch.setattr(onednn_linear, "_WORKED", set())
     monkeypatch.setattr(torch.ops, "mkldnn", _failing_namespace())
     lin = torch.nn.Linear(8, 5)
@@ -148,17 +149,23 @@ def test_where_mkl_runs_at_full_speed_training_products_are_f_linear_and_decodin
 
 
 @pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
-@pytest.mark.parametrize("mkl_at_full_speed, pack, rows, out_features, library", [
-    (True, True, 4, 8, "MKL"),  # a small weight, MKL at full speed: through the transposed copy
-    (True, True, 127, 2 ** 15, "MKL"),  # 2^15 x 8 = 2^18 elements: still small; fewer than 128 rows
-    (True, True, 128, 8, "oneDNN"),  # enough rows for oneDNN's packed layout
-    (True, True, 4, 2 ** 15 + 1, "oneDNN"),  # a weight of more than 2^18 elements (the output projection)
-    (True, False, 15, 8, "MKL"),  # not packed (no transposed copy): MKL for fewer than 16 rows only
-    (True, False, 16, 8, "oneDNN"),
-    (False, True, 4, 8, "oneDNN"),  # MKL's slow path (off Intel): oneDNN everywhere
+@pytest.mark.parametrize("mkl_at_full_speed, mkl_for_few_rows, pack, rows, out_features, library", [
+    (True, False, True, 4, 8, "transposed"),  # a small weight, MKL at full speed: through the transposed copy
+    (True, False, True, 127, 2 ** 15, "transposed"),  # 2^15 x 8 = 2^18 elements: still small; fewer than 128 rows
+    (True, False, True, 128, 8, "oneDNN"),  # enough rows for oneDNN's packed layout
+    (True, False, True, 4, 2 ** 15 + 1, "oneDNN"),  # a weight of more than 2^18 elements (the output projection)
+    (True, False, False, 15, 8, "stored"),  # not packed (no transposed copy): MKL for fewer than 16 rows only
+    (True, False, False, 16, 8, "oneDNN"),
+    (False, False, True, 4, 8, "oneDNN"),  # MKL's slow path (off Intel, AVX-512): oneDNN everywhere
+    (False, True, True, 15, 8, "stored"),  # an AVX2 CPU: MKL by the weight as stored, below 16 rows
+    (False, True, False, 15, 2 ** 15, "stored"),
+    (False, True, True, 16, 8, "oneDNN"),
+    (False, True, True, 4, 2 ** 15 + 1, "oneDNN"),  # the output projection stays on oneDNN
 ])
-def test_decoding_takes_mkl_against_a_small_weight(monkeypatch, mkl_at_full_speed, pack, rows, out_features, library):
+def test_decoding_takes_mkl_against_a_small_weight(monkeypatch, mkl_at_full_speed, mkl_for_few_rows, pack, rows,
+                                                   out_features, library):
     monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", mkl_at_full_speed)
+    monkeypatch.setattr(onednn_linear, "MKL_FOR_FEW_ROWS", mkl_for_few_rows)
     lin = onednn_linear.use_onednn_linears_(torch.nn.Linear(8, out_features), pack=pack)
     calls = []
     real_call = onednn_linear._call
@@ -166,8 +173,19 @@ def test_decoding_takes_mkl_against_a_small_weight(monkeypatch, mkl_at_full_spee
     x = torch.randn(rows, 8)
     with torch.inference_mode():
         torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        if library == "stored":  # bitwise: the very call F.linear makes
+            assert torch.equal(lin(x), F.linear(x, lin.weight, lin.bias))
     assert ("_linear_pointwise" in calls) == (library == "oneDNN")
-    assert ("transposed" in (lin.packed.copies if pack else {})) == (library == "MKL" and pack)
+    assert ("transposed" in (lin.packed.copies if pack else {})) == (library == "transposed")
+
+
+@pytest.mark.parametrize("capability, mkl, expected", [("AVX2", True, True), ("AVX512", True, False),
+                                                       ("AVX2", False, False), ("DEFAULT", True, False)])
+def test_mkl_takes_few_rows_where_the_widest_vectors_are_avx2(monkeypatch, capability, mkl, expected):
+    """oneDNN has only AVX2 kernels there too, and its per-call cost shows at a few rows (AMD EPYC Zen 1)."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: mkl)
+    assert onednn_linear._mkl_for_few_rows() is expected
 
 
 @pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")

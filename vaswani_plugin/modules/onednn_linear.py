@@ -9,9 +9,10 @@ Measured on an Intel Xeon (family 6, model 167, AVX-512), two threads: MKL runs 
 oneDNN's primitive needs a dense copy of gᵀ and xᵀ for dW = gᵀ x: MKL 260-330 GFLOP/s for that
 product, oneDNN with its copies 150-170. So training's products take oneDNN only where MKL does not
 run at full speed (`MKL_AT_FULL_SPEED`: MKL on an Intel CPU). Decoding's packed weights stay on
-oneDNN, except against a small weight where MKL runs at full speed (`_small_weight_for_mkl`): there
-oneDNN's per-call cost shows at a few rows, and MKL multiplies fastest by a dense transposed copy of
-the weight, [in, out] (kept beside the oneDNN copy, `PackedWeight`), below 128 rows.
+oneDNN, except against a small weight at a few rows (`_mkl_layout`): where MKL runs at full speed,
+oneDNN's per-call cost shows there, and MKL multiplies fastest by a dense transposed copy of the
+weight, [in, out] (kept beside the oneDNN copy, `PackedWeight`), below 128 rows; on a CPU whose
+widest vectors are AVX2 (`MKL_FOR_FEW_ROWS`), MKL by the weight as stored wins below 16 rows.
 
 - `use_onednn_linears_(module, pack)`: what the model calls where it is built (and again, with
   `pack`, once it only decodes): every CPU `nn.Linear` inside becomes a `OneDNNLinear` (same
@@ -101,13 +102,24 @@ def _mkl_at_full_speed() -> bool:
 MKL_AT_FULL_SPEED = _mkl_at_full_speed()
 
 
+def _mkl_for_few_rows() -> bool:
+    """MKL is there and torch's CPU capability is "AVX2" (no AVX-512: AMD EPYC Zen 1 and 2, older
+    Intel), where oneDNN has only AVX2 kernels too: decoding's products of a few rows by a small
+    weight take MKL's sgemm on the weight as stored (`_mkl_layout`)."""
+    return torch.backends.mkl.is_available() and torch.backends.cpu.get_cpu_capability() == "AVX2"
+
+
+MKL_FOR_FEW_ROWS = _mkl_for_few_rows()
+
+
 def backend_summary() -> str:
     """What the model's build logs: which library runs its linear layers."""
     if not _AVAILABLE:
         return "F.linear"
     training = ("oneDNN" if not MKL_AT_FULL_SPEED
                 else "F.linear (MKL: as fast as oneDNN on this Intel CPU, no transposed copies)")
-    return f"training in fp32 on CPU: {training}; decoding on CPU: oneDNN with packed weights; F.linear otherwise"
+    few_rows = ", MKL against small weights at few rows" if MKL_AT_FULL_SPEED or MKL_FOR_FEW_ROWS else ""
+    return f"training in fp32 on CPU: {training}; decoding on CPU: oneDNN with packed weights{few_rows}; F.linear otherwise"
 
 
 class _Unusable(Exception):
@@ -167,18 +179,27 @@ def nt_operand(b: Tensor) -> Tensor:
     return b.contiguous() if _train_fp32(b) else b
 
 
-def _small_weight_for_mkl(rows: int, weight: Tensor, transposed_copy: bool) -> bool:
-    """A small weight (at most 2^18 elements, 1 MB, half this Xeon's L2: every weight of a d=256
-    model's layers, the d=512 model's [512 x 512]) takes MKL's sgemm where it runs at full speed
-    (`MKL_AT_FULL_SPEED`, where training takes it too): for fewer than 128 rows through the weight's
-    transposed copy (`transposed_copy`: a packed model, one that only decodes), else for fewer than
-    16 rows.
+def _mkl_layout(rows: int, weight: Tensor, packed: bool) -> str | None:
+    """Which copy of a small weight (at most 2^18 elements, 1 MB, half this Xeon's L2: every weight
+    of a d=256 model's layers, the d=512 model's [512 x 512]) MKL's sgemm multiplies `rows` rows by,
+    or None for oneDNN: "transposed" (its dense transposed copy, `packed`: a model that only
+    decodes) below 128 rows where MKL runs at full speed (`MKL_AT_FULL_SPEED`, where training takes
+    it too); else "stored" (the weight as it is) below 16 rows there and where the CPU's widest
+    vectors are AVX2 (`MKL_FOR_FEW_ROWS`).
     Intel Xeon, one thread, 12 distinct weights in turn, us a product (MKL with the weight as stored
     / MKL with its transposed copy / oneDNN packed): [4 x 256] x [256 x 768] 71 / 53 / 73, [64 x 256]
     x [256 x 768] 270 / 225 / 258, [16 x 512] x [512 x 512] 123 / 101 / 157, [160 x 256] x [256 x
     1024] 865 / 852 / 804. For larger weights no layout wins at every row count, and oneDNN's
-    packed one wins at most ([16 x 512] x [512 x 2048] 828 / 1002 / 766; the output projection)."""
-    return MKL_AT_FULL_SPEED and weight.numel() <= 2 ** 18 and rows < (128 if transposed_copy else 16)
+    packed one wins at most ([16 x 512] x [512 x 2048] 828 / 1002 / 766; the output projection).
+    AMD EPYC Zen 1 (AVX2), one thread, a 3+3 d=256 decoder at batch 1 (4 rows), us a product inside
+    the beam search (MKL as stored / oneDNN packed): [256 x 256] 98 / 186, [256 x 768] 253 / 380,
+    [256 x 1024] 339 / 449, [1024 x 256] 297 / 432; its output projection, [256 x 7800], 3,232 /
+    2,737 (oneDNN's stays). MKL through a transposed copy measured level with oneDNN there."""
+    if weight.numel() > 2 ** 18:
+        return None
+    if MKL_AT_FULL_SPEED and packed and rows < 128:
+        return "transposed"
+    return "stored" if (MKL_AT_FULL_SPEED or MKL_FOR_FEW_ROWS) and rows < 16 else None
 
 
 class _OneDNNLinear(torch.autograd.Function):
@@ -207,7 +228,7 @@ def _shaped_as_input(out: Tensor, x: Tensor) -> Tensor:
 
 class PackedWeight:
     """The copies of one weight that decoding multiplies by: oneDNN's blocked layout (`onednn`) and the
-    dense transpose [in, out] (`transposed`, for `_small_weight_for_mkl`), each made on first use and
+    dense transpose [in, out] (`transposed`, for `_mkl_layout`), each made on first use and
     re-made when the weight's data pointer or version counter moves (load_state_dict, in-place ops on
     the parameter; not in-place ops on `param.data`, which optimizers use: see `use_onednn_linears_`)."""
 
@@ -239,7 +260,7 @@ def _dense_transpose(weight: Tensor) -> Tensor:
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: PackedWeight | None = None) -> Tensor:
     """`F.linear(x, weight, bias)`, through oneDNN for float32 CPU tensors: the autograd Function when
     autograd records (where training takes oneDNN), else the `packed` copies of the weight when they
-    are given (oneDNN's layout, or the transposed one for MKL: `_small_weight_for_mkl`)."""
+    are given (oneDNN's layout, or MKL's: `_mkl_layout`)."""
     if _cpu_fp32(x, weight):
         records = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
         if records and MKL_AT_FULL_SPEED:
@@ -250,9 +271,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
                 # 2-D into the Function, the view outside it: autograd forbids in-place ops (the
                 # feed-forward's ReLU) on a view that a custom Function returns.
                 return _shaped_as_input(_OneDNNLinear.apply(x2, weight, bias), x)
-            if _small_weight_for_mkl(x2.size(0), weight, transposed_copy=packed is not None):
-                if packed is None:
-                    return F.linear(x, weight, bias)
+            layout = _mkl_layout(x2.size(0), weight, packed=packed is not None)
+            if layout == "stored":
+                return F.linear(x, weight, bias)
+            if layout == "transposed":
                 w_t = packed.transposed(weight)  # [k, M]
                 return _shaped_as_input(x2 @ w_t if bias is None else torch.addmm(bias, x2, w_t), x)
             x2 = x2.contiguous()
