@@ -118,8 +118,9 @@ def backend_summary() -> str:
         return "F.linear"
     training = ("oneDNN" if not MKL_AT_FULL_SPEED
                 else "F.linear (MKL: as fast as oneDNN on this Intel CPU, no transposed copies)")
-    few_rows = ", MKL against small weights at few rows" if MKL_AT_FULL_SPEED or MKL_FOR_FEW_ROWS else ""
-    return f"training in fp32 on CPU: {training}; decoding on CPU: oneDNN with packed weights{few_rows}; F.linear otherwise"
+    decoding = "oneDNN with packed weights" + (
+        ", MKL against small weights at few rows" if MKL_AT_FULL_SPEED or MKL_FOR_FEW_ROWS else "")
+    return f"training in fp32 on CPU: {training}; decoding on CPU: {decoding}; F.linear otherwise"
 
 
 class _Unusable(Exception):
