@@ -157,9 +157,9 @@ def test_where_mkl_runs_at_full_speed_training_products_are_f_linear_and_decodin
     (True, False, False, 15, 8, "stored"),  # not packed (no transposed copy): MKL for fewer than 16 rows only
     (True, False, False, 16, 8, "oneDNN"),
     (False, False, True, 4, 8, "oneDNN"),  # MKL's slow path (off Intel, AVX-512): oneDNN everywhere
-    (False, True, True, 15, 8, "stored"),  # an AVX2 CPU: MKL by the weight as stored, below 16 rows
-    (False, True, False, 15, 2 ** 15, "stored"),
-    (False, True, True, 16, 8, "oneDNN"),
+    (False, True, True, 8, 8, "weight_left"),  # an AVX2 CPU: MKL as W xᵀ, at up to 8 rows
+    (False, True, False, 1, 2 ** 15, "weight_left"),
+    (False, True, True, 9, 8, "oneDNN"),
     (False, True, True, 4, 2 ** 15 + 1, "oneDNN"),  # the output projection stays on oneDNN
 ])
 def test_decoding_takes_mkl_against_a_small_weight(monkeypatch, mkl_at_full_speed, mkl_for_few_rows, pack, rows,
@@ -171,11 +171,17 @@ def test_decoding_takes_mkl_against_a_small_weight(monkeypatch, mkl_at_full_spee
     real_call = onednn_linear._call
     monkeypatch.setattr(onednn_linear, "_call", lambda name, *args: calls.append(name) or real_call(name, *args))
     x = torch.randn(rows, 8)
-    with torch.inference_mode():
-        out, expected = lin(x), F.linear(x, lin.weight, lin.bias)
+    weight_left = []  # addmm calls whose left operand is the weight
+    real_addmm = torch.addmm
+    with monkeypatch.context() as patch, torch.inference_mode():
+        patch.setattr(torch, "addmm", lambda *args: weight_left.append(args[1] is lin.weight) or real_addmm(*args))
+        out = lin(x)
+    expected = F.linear(x, lin.weight, lin.bias)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert out.is_contiguous()
     if library == "stored":  # bitwise: the very call F.linear makes
         assert torch.equal(out, expected)
+    assert any(weight_left) == (library == "weight_left")
     assert ("_linear_pointwise" in calls) == (library == "oneDNN")
     assert ("transposed" in (lin.packed.copies if pack else {})) == (library == "transposed")
 

@@ -12,7 +12,8 @@ run at full speed (`MKL_AT_FULL_SPEED`: MKL on an Intel CPU). Decoding's packed 
 oneDNN, except against a small weight at a few rows (`_mkl_layout`): where MKL runs at full speed,
 oneDNN's per-call cost shows there, and MKL multiplies fastest by a dense transposed copy of the
 weight, [in, out] (kept beside the oneDNN copy, `PackedWeight`), below 128 rows; on a CPU whose
-widest vectors are AVX2 (`MKL_FOR_FEW_ROWS`), MKL by the weight as stored wins below 16 rows.
+widest vectors are AVX2 (`MKL_FOR_FEW_ROWS`), MKL wins at up to 8 rows with the weight as the
+GEMM's left operand, as stored: W xᵀ, transposed back.
 
 - `use_onednn_linears_(module, pack)`: what the model calls where it is built (and again, with
   `pack`, once it only decodes): every CPU `nn.Linear` inside becomes a `OneDNNLinear` (same
@@ -105,7 +106,7 @@ MKL_AT_FULL_SPEED = _mkl_at_full_speed()
 def _mkl_for_few_rows() -> bool:
     """MKL is there and torch's CPU capability is "AVX2" (no AVX-512: AMD EPYC Zen 1 and 2, older
     Intel), where oneDNN has only AVX2 kernels too: decoding's products of a few rows by a small
-    weight take MKL's sgemm on the weight as stored (`_mkl_layout`)."""
+    weight take MKL's sgemm as W xᵀ (`_mkl_layout`)."""
     return torch.backends.mkl.is_available() and torch.backends.cpu.get_cpu_capability() == "AVX2"
 
 
@@ -181,26 +182,32 @@ def nt_operand(b: Tensor) -> Tensor:
 
 
 def _mkl_layout(rows: int, weight: Tensor, packed: bool) -> str | None:
-    """Which copy of a small weight (at most 2^18 elements, 1 MB, half this Xeon's L2: every weight
-    of a d=256 model's layers, the d=512 model's [512 x 512]) MKL's sgemm multiplies `rows` rows by,
-    or None for oneDNN: "transposed" (its dense transposed copy, `packed`: a model that only
-    decodes) below 128 rows where MKL runs at full speed (`MKL_AT_FULL_SPEED`, where training takes
-    it too); else "stored" (the weight as it is) below 16 rows there and where the CPU's widest
-    vectors are AVX2 (`MKL_FOR_FEW_ROWS`).
+    """How MKL's sgemm multiplies `rows` rows by a small weight (at most 2^18 elements, 1 MB, half
+    this Xeon's L2: every weight of a d=256 model's layers, the d=512 model's [512 x 512]), or None
+    for oneDNN. Where MKL runs at full speed (`MKL_AT_FULL_SPEED`, where training takes it too):
+    "transposed" (x by its dense transposed copy, `packed`: a model that only decodes) below 128
+    rows, else "stored" (`F.linear`, the weight as it is) below 16 rows. Where the CPU's widest
+    vectors are AVX2 (`MKL_FOR_FEW_ROWS`): "weight_left" (W xᵀ, transposed back) at up to 8 rows.
     Intel Xeon, one thread, 12 distinct weights in turn, us a product (MKL with the weight as stored
     / MKL with its transposed copy / oneDNN packed): [4 x 256] x [256 x 768] 71 / 53 / 73, [64 x 256]
     x [256 x 768] 270 / 225 / 258, [16 x 512] x [512 x 512] 123 / 101 / 157, [160 x 256] x [256 x
     1024] 865 / 852 / 804. For larger weights no layout wins at every row count, and oneDNN's
     packed one wins at most ([16 x 512] x [512 x 2048] 828 / 1002 / 766; the output projection).
-    AMD EPYC Zen 1 (AVX2), one thread, a 3+3 d=256 decoder at batch 1 (4 rows), us a product inside
-    the beam search (MKL as stored / oneDNN packed): [256 x 256] 98 / 186, [256 x 768] 253 / 380,
-    [256 x 1024] 339 / 449, [1024 x 256] 297 / 432; its output projection, [256 x 7800], 3,232 /
-    2,737 (oneDNN's stays). MKL through a transposed copy measured level with oneDNN there."""
+    AMD EPYC Zen 1 (AVX2), one thread, the 19 weights of a 3+3 d=256 decoder in turn (19 MB, more
+    than the cache: each product streams its weight from memory, as a decoding step does), us a
+    product at 4 rows (MKL as F.linear / MKL as W xᵀ / oneDNN packed): [256 x 768] 240 / 143 / 199,
+    [256 x 256] 78 / 61 / 98, [256 x 1024] 300 / 182 / 207, [1024 x 256] 264 / 163 / 208; at 8
+    rows W xᵀ and oneDNN are level (228 / 235 at [256 x 768]), at 12 oneDNN is ahead; the output
+    projection, [256 x 7800], 2,848 / 1,242 / 1,165 at 4 rows, stays on oneDNN. End to end (beam 4,
+    batch 1, 100 Multi30k sentences, interleaved): 7.9-8.6 sentences/s with W xᵀ, 6.6-7.1 with
+    oneDNN, 6.9-7.2 with F.linear; at batch 2, 8.4-9.0 against oneDNN's 7.0-7.2."""
     if weight.numel() > 2 ** 18:
         return None
-    if MKL_AT_FULL_SPEED and packed and rows < 128:
-        return "transposed"
-    return "stored" if (MKL_AT_FULL_SPEED or MKL_FOR_FEW_ROWS) and rows < 16 else None
+    if MKL_AT_FULL_SPEED:
+        if packed and rows < 128:
+            return "transposed"
+        return "stored" if rows < 16 else None
+    return "weight_left" if MKL_FOR_FEW_ROWS and rows <= 8 else None
 
 
 class _OneDNNLinear(torch.autograd.Function):
@@ -275,6 +282,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
             layout = _mkl_layout(x2.size(0), weight, packed=packed is not None)
             if layout == "stored":
                 return F.linear(x, weight, bias)
+            if layout == "weight_left":  # MKL's sgemm is faster with the weight as its left operand
+                out = torch.mm(weight, x2.t()) if bias is None else torch.addmm(bias.unsqueeze(1), weight, x2.t())
+                return _shaped_as_input(out.t().contiguous(), x)  # [M, N] -> [N, M]
             if layout == "transposed":
                 w_t = packed.transposed(weight)  # [k, M]
                 return _shaped_as_input(x2 @ w_t if bias is None else torch.addmm(bias, x2, w_t), x)
