@@ -28,7 +28,7 @@ setup(
         'fairseq-fixed>=0.12.3; python_version >= "3.11"',
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "matplotlib"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "matplotlib"],  # xdist: scripts/run_tests.sh
         "plots": ["matplotlib"],  # vaswani-plot
         "bench": ["ctranslate2"],  # benchmarks/ctranslate2_anchor.py only
     },
