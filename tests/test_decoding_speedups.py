@@ -230,3 +230,29 @@ def test_onednn_linear_equals_f_linear_in_values_and_gradients_and_follows_chang
         ref.weight.mul_(2.0)
         torch.testing.assert_close(lin(x), ref(x), atol=1e-5, rtol=1e-5)
     assert torch.equal(lin.state_dict()["weight"], ref.state_dict()["weight"])  # parameters untouched
+
+
+@pytest.mark.parametrize("few_rows_on_mkl", [False, True])
+def test_a_decoding_product_equals_f_linear_and_records_autograd_when_grad_is_on(monkeypatch, few_rows_on_mkl):
+    """`onednn_linear.decoding_product`, the step's products with `linear`'s checks made once: the
+    same values as F.linear at every layout (W xᵀ at up to 8 rows where `MKL_FOR_FEW_ROWS`, oneDNN's
+    packed weight above), and, called while autograd records, the module's own differentiable
+    forward (a caller that asks for gradients gets them)."""
+    monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", False)
+    monkeypatch.setattr(onednn_linear, "MKL_FOR_FEW_ROWS", few_rows_on_mkl)
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 96)
+    ref = torch.nn.Linear(64, 96)
+    ref.load_state_dict(lin.state_dict())
+    use_onednn_linears_(torch.nn.Sequential(lin), pack=True)
+    product = onednn_linear.decoding_product(lin)
+    with torch.no_grad():
+        for rows in (1, 4, 8, 9, 40):
+            x = torch.randn(rows, 64)
+            torch.testing.assert_close(product(x), ref(x), atol=1e-5, rtol=1e-5)
+    x = torch.randn(4, 64, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    product(x).square().sum().backward()
+    ref(x_ref).square().sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lin.weight.grad, ref.weight.grad, atol=1e-5, rtol=1e-5)

@@ -6,7 +6,7 @@ hypotheses in consecutive rows, `attention_cache.BeamAncestry`) with fewer and l
 than the modules' general forward, between whose GEMMs a step spent most of its other time
 (issue 15's profiles):
 - every tensor is [rows, d], with no [B, T, d] views; the layers' projections and residual blocks
-  (`layers._Residual`) are called directly;
+  (`layers._Residual`) are called directly, looked up once a search (`_LayerCalls`);
 - attention is one batched product per sentence and head: the queries of a sentence's hypotheses
   against its keys together; the masks (the hypotheses' ancestry, the source padding) are made
   once a step or once a batch for every layer, as 0 / -inf to add to the scores;
@@ -16,15 +16,15 @@ Every source sentence has at least one real token (fairseq appends EOS), so no q
 `tests/test_decoding_speedups.py` holds it equal to the modules' full forward over each
 hypothesis's history; the beam-search parity tests hold the search equal to fairseq's.
 """
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks  # read by every Module call
 
 from .attention_cache import BeamAncestry, BeamSelfAttentionCache
 from .attention_kernels import softmax_lastdim
+from .onednn_linear import decoding_product
 
 
 def _per_head(x: Tensor, n: int, heads: int) -> Tensor:
@@ -39,13 +39,30 @@ def _per_row(x: Tensor, n: int) -> Tensor:
     return x.view(n, -1, g, d_k).transpose(1, 2).reshape(n * g, -1)
 
 
-def _project(layer: nn.Module, x: Tensor) -> Tensor:
-    """layer(x): its own `forward` where no hook would see the call (the layer's own or one set for
-    every module), without `nn.Module.__call__`, whose machinery costs about as much as a product of
-    a few rows (19 calls a step)."""
-    if layer._forward_hooks or layer._forward_pre_hooks or _global_forward_hooks or _global_forward_pre_hooks:
-        return layer(x)
-    return layer.forward(x)
+class _LayerCalls(NamedTuple):
+    """What a step calls in one `DecoderLayer`, looked up once a search: a step otherwise makes about
+    130 `nn.Module` attribute lookups, and each linear product `linear`'s checks
+    (`onednn_linear.decoding_product`)."""
+    self_open: Callable[[Tensor], Tensor]
+    qkv: Callable[[Tensor], Tensor]
+    self_out: Callable[[Tensor], Tensor]
+    self_close: Callable[[Tensor, Tensor], Tensor]
+    cross_open: Callable[[Tensor], Tensor]
+    cross_q: Callable[[Tensor], Tensor]
+    cross_out: Callable[[Tensor], Tensor]
+    cross_close: Callable[[Tensor, Tensor], Tensor]
+    ffn_open: Callable[[Tensor], Tensor]
+    fc1: Callable[[Tensor], Tensor]
+    fc2: Callable[[Tensor], Tensor]
+    ffn_close: Callable[[Tensor, Tensor], Tensor]
+
+    @classmethod
+    def of(cls, layer: nn.Module) -> "_LayerCalls":
+        attn, cross, ffn = layer.self_attn, layer.cross_attn, layer.ffn
+        return cls(layer.self_attn_block.open, decoding_product(attn.qkv_proj), decoding_product(attn.out_proj),
+                   layer.self_attn_block.close, layer.cross_attn_block.open, decoding_product(cross.q_proj),
+                   decoding_product(cross.out_proj), layer.cross_attn_block.close, layer.ffn_block.open,
+                   decoding_product(ffn.fc1), decoding_product(ffn.fc2), layer.ffn_block.close)
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], scale: float) -> Tensor:
@@ -69,6 +86,7 @@ class BeamDecodingStep:
         self.embedding, self.layers, self.final_norm = decoder.embedding, decoder.layers, decoder.final_norm
         self.output_layer: Callable[[Tensor], Tensor] = decoder.output_layer
         self.ancestry = ancestry
+        self.calls = [_LayerCalls.of(layer) for layer in self.layers]
         attn = self.layers[0].self_attn
         self.heads, self.scale = attn.num_heads, attn.head_dim ** -0.5
         n, s, _ = memory.shape
@@ -105,22 +123,19 @@ class BeamDecodingStep:
         emb = self.embedding  # §3.4, §3.5: every row holds step + 1 real tokens, so one position for all
         x = F.embedding(tokens, emb.embed_tokens.weight) * emb.scale + emb.positions.at(step)  # [rows, d]
         self_bias = self.ancestry.bias(heads, x.dtype)  # [N * H, group, steps x beam]
-        for layer, cache, (memory_k, memory_v) in zip(self.layers, self.self_kv, self.memory_kv):
+        for calls, cache, (memory_k, memory_v) in zip(self.calls, self.self_kv, self.memory_kv):
             # masked self-attention: this step's K, V join the sentence's; each query sees its ancestors'
-            h = layer.self_attn_block.open(x)
-            qkv = _per_head(_project(layer.self_attn.qkv_proj, h), n, 3 * heads)  # [N * 3H, g, d_k]
+            qkv = _per_head(calls.qkv(calls.self_open(x)), n, 3 * heads)  # [N * 3H, g, d_k]
             q, k, v = qkv.view(n, 3, heads, -1, qkv.size(-1)).unbind(1)  # 3 x [N, H, g, d_k]
             keys, values = cache.append(k, v)  # 2 x [N * H, steps x beam, d_k]
             out = _attend(q.reshape(n * heads, -1, q.size(-1)), keys, values, self_bias, scale)
-            x = layer.self_attn_block.close(x, _project(layer.self_attn.out_proj, _per_row(out, n)))
+            x = calls.self_close(x, calls.self_out(_per_row(out, n)))
             # encoder-decoder attention
-            h = layer.cross_attn_block.open(x)
-            q = _per_head(_project(layer.cross_attn.q_proj, h), n, heads)  # [N * H, g, d_k]
+            q = _per_head(calls.cross_q(calls.cross_open(x)), n, heads)  # [N * H, g, d_k]
             out = _attend(q, memory_k, memory_v, self.memory_bias, scale)
-            x = layer.cross_attn_block.close(x, _project(layer.cross_attn.out_proj, _per_row(out, n)))
+            x = calls.cross_close(x, calls.cross_out(_per_row(out, n)))
             # position-wise feed-forward (Eq. 2)
-            h = layer.ffn_block.open(x)
-            x = layer.ffn_block.close(x, _project(layer.ffn.fc2, _project(layer.ffn.fc1, h).relu_()))
+            x = calls.ffn_close(x, calls.fc2(calls.fc1(calls.ffn_open(x)).relu_()))
         if self.final_norm is not None:
             x = self.final_norm(x)
         return self.output_layer(x)  # [rows, V]

@@ -46,10 +46,12 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks  # read by every Module call
 
 logger = logging.getLogger(__name__)
 
@@ -279,21 +281,53 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
                 # 2-D into the Function, the view outside it: autograd forbids in-place ops (the
                 # feed-forward's ReLU) on a view that a custom Function returns.
                 return _shaped_as_input(_OneDNNLinear.apply(x2, weight, bias), x)
-            layout = _mkl_layout(x2.size(0), weight, packed=packed is not None)
-            if layout == "stored":
-                return F.linear(x, weight, bias)
-            if layout == "weight_left":  # MKL's sgemm is faster with the weight as its left operand
-                out = torch.mm(weight, x2.t()) if bias is None else torch.addmm(bias.unsqueeze(1), weight, x2.t())
-                return _shaped_as_input(out.t().contiguous(), x)  # [M, N] -> [N, M]
-            if layout == "transposed":
-                w_t = packed.transposed(weight)  # [k, M]
-                return _shaped_as_input(x2 @ w_t if bias is None else torch.addmm(bias, x2, w_t), x)
-            x2 = x2.contiguous()
-            w = weight.contiguous() if packed is None else packed.onednn(weight)
-            return _shaped_as_input(_call("_linear_pointwise", x2, w, bias, "none", [], ""), x)
+            return _shaped_as_input(_product(x2, weight, bias, packed), x)
         except _Unusable:
             pass
     return F.linear(x, weight, bias)
+
+
+def _product(x2: Tensor, weight: Tensor, bias: Tensor | None, packed: PackedWeight | None) -> Tensor:
+    """x2 [N, k] (float32, CPU) x weight [M, k]ᵀ (+ bias [M]) -> [N, M], nothing recorded for autograd:
+    in the layout `_mkl_layout` picks, else by oneDNN (the `packed` copy when there is one)."""
+    layout = _mkl_layout(x2.size(0), weight, packed=packed is not None)
+    if layout == "stored":
+        return F.linear(x2, weight, bias)
+    if layout == "weight_left":  # MKL's sgemm is faster with the weight as its left operand
+        out = torch.mm(weight, x2.t()) if bias is None else torch.addmm(bias.unsqueeze(1), weight, x2.t())
+        return out.t().contiguous()  # [M, N] -> [N, M], dense: read strided, it slowed a step by 9%
+    if layout == "transposed":
+        w_t = packed.transposed(weight)  # [k, M]
+        return x2 @ w_t if bias is None else torch.addmm(bias, x2, w_t)
+    w = weight.contiguous() if packed is None else packed.onednn(weight)
+    return _call("_linear_pointwise", x2.contiguous(), w, bias, "none", [], "")
+
+
+def decoding_product(layer: nn.Module) -> Callable[[Tensor], Tensor]:
+    """`layer` (a linear layer) as a function of x [N, k] for a loop that calls it many times without
+    autograd (the lean beam search's step: 19 calls a step). `linear`'s per-call checks, which cost
+    about as much as a product of a few rows, are made here once: a packed float32 CPU
+    `OneDNNLinear` becomes `_product` on its weight. Any other layer is its own `forward`, and one
+    that a forward hook would see (its own, or one set for every module) stays the module: hooks
+    registered later are seen from the next call of this function on."""
+    hooked = (layer._forward_hooks or layer._forward_pre_hooks or _global_forward_hooks
+              or _global_forward_pre_hooks)
+    if hooked:
+        return layer
+    packed = getattr(layer, "packed", None)
+    if not (isinstance(layer, OneDNNLinear) and packed is not None and _cpu_fp32(layer.weight)):
+        return layer.forward
+    weight, bias = layer.weight, layer.bias
+
+    def product(x2: Tensor) -> Tensor:
+        if _AVAILABLE and x2.dtype == torch.float32 and not torch.is_grad_enabled():
+            try:
+                return _product(x2, weight, bias, packed)
+            except _Unusable:
+                pass
+        return layer.forward(x2)
+
+    return product
 
 
 class OneDNNLinear(nn.Linear):
