@@ -12,6 +12,7 @@ from fairseq.sequence_generator import SequenceGenerator
 from helpers import same_weight_pair
 
 from vaswani_plugin.errors import ConfigError
+from vaswani_plugin.models import beam_search
 from vaswani_plugin.models.beam_search import VaswaniBeamSearch, top_candidates
 
 FLAGS = ["--encoder-layers", "2", "--decoder-layers", "2", "--d-model", "32", "--d-ff", "64", "--attention-heads", "4",
@@ -103,8 +104,11 @@ def test_prefix_tokens_are_handed_to_fairseqs_generator(model_and_batch):
 @pytest.mark.parametrize("vocab", [7800, 1024, 1040])  # 1024: only whole blocks of 128; the others a short last one
 @pytest.mark.parametrize("group", [1, 4])
 @pytest.mark.parametrize("with_scores", [False, True])
-def test_candidates_from_the_best_blocks_are_the_top_k_of_every_sum(vocab, group, with_scores):
-    """`top_candidates` against torch.topk over all of (lprobs + cumulative score), fairseq's way."""
+def test_candidates_from_the_best_blocks_are_the_top_k_of_every_sum(vocab, group, with_scores, monkeypatch):
+    """`top_candidates` against torch.topk over all of (lprobs + cumulative score), fairseq's way.
+    These few rows would take fairseq's one top-k (`_ONE_PASS`), which the searches' parity tests
+    here go through: the blocks are made to run."""
+    monkeypatch.setattr(beam_search, "_ONE_PASS", 0)
     g = torch.Generator().manual_seed(vocab + group)
     live, c = 6, 8
     lprobs = torch.log_softmax(4 * torch.randn(live * group, vocab, generator=g), -1)
