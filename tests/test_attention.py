@@ -236,14 +236,16 @@ def test_the_kernel_chosen_on_cpu(monkeypatch, dtype, decoding_step, kernel):
 
 
 @pytest.mark.parametrize("length", [1, 5, 15, 16, 23])
-def test_softmax_for_short_rows_is_the_softmax_in_values_and_gradients(length):
-    """Rows shorter than a vector take four ops instead of torch's kernel (attention_kernels)."""
-    x = torch.randn(64, 3, length, dtype=torch.float64)
+def test_softmax_for_short_rows_is_the_softmax_in_values_and_gradients(length, monkeypatch):
+    """Many rows shorter than a vector take four ops instead of torch's kernel (attention_kernels);
+    an AVX-512 vector's 16 floats here on any CPU, so that rows of 1 to 15 take them."""
+    monkeypatch.setattr(attention_kernels, "_VECTOR_FLOATS", 16)
+    x = torch.randn(256, 3, length, dtype=torch.float64)  # 768 rows, over _MANY_ROWS
     x[0, 0, : length // 2] = float("-inf")  # masked keys
     x32 = x.float().requires_grad_()
     weights = attention_kernels.softmax_lastdim(x32)
     torch.testing.assert_close(weights.double(), torch.softmax(x, -1), atol=1e-6, rtol=0)
-    g = torch.randn(64, 3, length, dtype=torch.float64)
+    g = torch.randn(256, 3, length, dtype=torch.float64)
     (weights * g.float()).sum().backward()
     xr = x.clone().requires_grad_()
     (torch.softmax(xr, -1) * g).sum().backward()
