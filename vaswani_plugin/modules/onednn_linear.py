@@ -21,6 +21,8 @@ GEMM's left operand, as stored: W xᵀ, transposed back.
 - `OneDNNLinear` / `linear(x, weight, bias, packed)`: `F.linear`, through oneDNN for float32 CPU
   tensors: an autograd Function (forward and both backward products) while autograd records, the
   weight packed once (`PackedWeight`) for a model that only decodes;
+- `decoding_product(layer)`: a packed layer's product for a decoding loop, `linear`'s checks made
+  once instead of at every call;
 - `matmul_nt(a, b)`, `add_matmul_tn_(out, a, b)`, `nt_operand(b)`: a @ bᵀ and out += aᵀ b for the
   fused output loss, through oneDNN where training takes it.
 Anything else (other dtypes, CUDA tensors) takes plain `F.linear`; results equal `F.linear`'s up to
