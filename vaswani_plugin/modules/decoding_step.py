@@ -83,16 +83,17 @@ class BeamDecodingStep:
 
     def __init__(self, decoder: nn.Module, memory: Tensor, memory_padding_mask: Optional[Tensor],
                  ancestry: BeamAncestry):
-        self.embedding, self.layers, self.final_norm = decoder.embedding, decoder.layers, decoder.final_norm
+        self.embedding, self.final_norm = decoder.embedding, decoder.final_norm
+        layers = decoder.layers  # read here only: a step calls `self.calls`
         self.output_layer: Callable[[Tensor], Tensor] = decoder.output_layer
         self.ancestry = ancestry
-        self.calls = [_LayerCalls.of(layer) for layer in self.layers]
-        attn = self.layers[0].self_attn
+        self.calls = [_LayerCalls.of(layer) for layer in layers]
+        attn = layers[0].self_attn
         self.heads, self.scale = attn.num_heads, attn.head_dim ** -0.5
         n, s, _ = memory.shape
-        self.self_kv = [BeamSelfAttentionCache(ancestry) for _ in self.layers]
+        self.self_kv = [BeamSelfAttentionCache(ancestry) for _ in layers]
         self.memory_kv = []  # per layer: K, V [N * H, S, d_k], projected once per sentence (§3.2.3)
-        for layer in self.layers:
+        for layer in layers:
             k, v = layer.cross_attn.kv_proj(memory).chunk(2, dim=-1)  # 2 x [N, S, d]
             self.memory_kv.append([_per_head(t.reshape(n * s, -1), n, self.heads) for t in (k, v)])
         self.memory_padding_mask = memory_padding_mask

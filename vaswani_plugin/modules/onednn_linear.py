@@ -316,10 +316,9 @@ def decoding_product(layer: nn.Module) -> Callable[[Tensor], Tensor]:
               or _global_forward_pre_hooks)
     if hooked:
         return layer
-    packed = getattr(layer, "packed", None)
-    if not (isinstance(layer, OneDNNLinear) and packed is not None and _cpu_fp32(layer.weight)):
+    if not isinstance(layer, OneDNNLinear) or layer.packed is None or not _cpu_fp32(layer.weight):
         return layer.forward
-    weight, bias = layer.weight, layer.bias
+    weight, bias, packed = layer.weight, layer.bias, layer.packed
 
     def product(x2: Tensor) -> Tensor:
         if _AVAILABLE and x2.dtype == torch.float32 and not torch.is_grad_enabled():
