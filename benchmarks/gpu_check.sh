@@ -73,12 +73,8 @@ fi
     "$PYTHON" -m vaswani_plugin.data.synthetic_corpus --out "$WORK/raw" --train 20000 --valid 200 --test "$BEAM_TEST"
     "$PYTHON" -m vaswani_plugin.data.spm train --inputs "$WORK/raw/train.en" "$WORK/raw/train.de" \
       --model-prefix "$WORK/spm" --vocab-size 1000
-    for split in train valid test; do
-      for lang in en de; do
-        "$PYTHON" -m vaswani_plugin.data.spm encode --model "$WORK/spm.model" \
-          --input "$WORK/raw/$split.$lang" --output "$WORK/$split.sp.$lang"
-      done
-    done
+    "$PYTHON" -m vaswani_plugin.data.spm encode --model "$WORK/spm.model" \
+      --input "$WORK"/raw/{train,valid,test}.{en,de} --output "$WORK"/{train,valid,test}.sp.{en,de}
     fairseq-preprocess --source-lang en --target-lang de --trainpref "$WORK/train.sp" \
       --validpref "$WORK/valid.sp" --testpref "$WORK/test.sp" --destdir "$WORK/data-bin" \
       --joined-dictionary --workers 8

@@ -41,12 +41,8 @@ python -m vaswani_plugin.data.check_parallel check "$MULTI30K/train.en" "$MULTI3
   "$MULTI30K/val.en" "$MULTI30K/val.de" "$MULTI30K/test2016.en" "$MULTI30K/test2016.de"
 python -m vaswani_plugin.data.spm train --inputs "$MULTI30K/train.en" "$MULTI30K/train.de" \
   --model-prefix "$WORK_DIR/spm" --vocab-size "$VOCAB"
-for pair in train:train valid:val test:test2016; do
-  for lang in en de; do
-    python -m vaswani_plugin.data.spm encode --model "$WORK_DIR/spm.model" \
-      --input "$MULTI30K/${pair#*:}.$lang" --output "$WORK_DIR/${pair%%:*}.sp.$lang"
-  done
-done
+python -m vaswani_plugin.data.spm encode --model "$WORK_DIR/spm.model" \
+  --input "$MULTI30K"/{train,val,test2016}.{en,de} --output "$WORK_DIR"/{train,valid,test}.sp.{en,de}
 rm -rf "$WORK_DIR/data-bin"
 fairseq-preprocess --source-lang en --target-lang de --trainpref "$WORK_DIR/train.sp" \
   --validpref "$WORK_DIR/valid.sp" --testpref "$WORK_DIR/test.sp" --destdir "$WORK_DIR/data-bin" \

@@ -56,12 +56,8 @@ python -m vaswani_plugin.data.check_parallel check "$WORK_DIR/raw/train.en" "$WO
 note "learning a joint sentencepiece vocabulary and encoding"
 python -m vaswani_plugin.data.spm train --inputs "$WORK_DIR/raw/train.en" "$WORK_DIR/raw/train.de" \
   --model-prefix "$WORK_DIR/spm" --vocab-size "$VOCAB_SIZE"
-for split in train valid test; do
-  for lang in en de; do
-    python -m vaswani_plugin.data.spm encode --model "$WORK_DIR/spm.model" \
-      --input "$WORK_DIR/raw/$split.$lang" --output "$WORK_DIR/$split.sp.$lang"
-  done
-done
+python -m vaswani_plugin.data.spm encode --model "$WORK_DIR/spm.model" \
+  --input "$WORK_DIR"/raw/{train,valid,test}.{en,de} --output "$WORK_DIR"/{train,valid,test}.sp.{en,de}
 
 note "fairseq-preprocess (joined dictionary)"
 rm -rf "$WORK_DIR/data-bin"

@@ -145,7 +145,12 @@ def test_wmt_prepare_downloads_checks_and_preprocesses(pair, tgt, vocab):
     assert [c for c in commands if c[0] == "sacrebleu"] == [
         ["sacrebleu", "-t", test_set, "-l", f"en-{tgt}", "--echo", side]
         for test_set in ("wmt13", "wmt14/full") for side in ("src", "ref")]
-    assert flag(command(commands, "vaswani_plugin.data.spm"), "--vocab-size") == vocab  # §5.1
+    spm = [c for c in commands if c[:3] == ["python", "-m", "vaswani_plugin.data.spm"]]
+    assert [c[3] for c in spm] == ["train", "encode"]  # every split and language in one encode
+    assert flag(spm[0], "--vocab-size") == vocab  # §5.1
+    encoded = spm[1][spm[1].index("--input") + 1:spm[1].index("--output")]
+    assert sorted(os.path.basename(path) for path in encoded) == sorted(
+        f"{split}.{lang}" for split in ("train", "valid", "test") for lang in ("en", tgt))
     preprocess = command(commands, "fairseq-preprocess")
     assert "--joined-dictionary" in preprocess and flag(preprocess, "--workers") == "1"
     cleaning = [c for c in commands if c[:3] == ["python", "-m", "vaswani_plugin.data.check_parallel"]]

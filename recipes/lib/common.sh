@@ -121,13 +121,3 @@ batch_for_world() {
     note "warning: that is not the paper's batch of $total; results may differ from the paper's"
   fi
 }
-
-# spm_encode MODEL IN OUT [IN OUT ...]: vaswani_plugin.data.spm's encode for several files in one
-# process (each start of Python imports fairseq, seconds per file).
-spm_encode() {
-  run python -c 'import sys
-from vaswani_plugin.data.spm import encode
-model, files = sys.argv[1], sys.argv[2:]
-for src, dst in zip(files[::2], files[1::2]):
-    print(f"encoded {encode(model, src, dst)} lines: {src} -> {dst}", file=sys.stderr)' "$@"
-}

@@ -93,11 +93,9 @@ wmt_prepare() {
   note "a shared sentencepiece BPE vocabulary of $vocab pieces (§5.1)"
   run python -m vaswani_plugin.data.spm train --inputs "$raw/train.$SRC" "$raw/train.$TGT" \
     --model-prefix "$WORK_DIR/spm" --vocab-size "$vocab"
-  local encode=()
-  for split in train valid test; do
-    for lang in "$SRC" "$TGT"; do encode+=("$raw/$split.$lang" "$WORK_DIR/$split.sp.$lang"); done
-  done
-  spm_encode "$WORK_DIR/spm.model" "${encode[@]}"
+  run python -m vaswani_plugin.data.spm encode --model "$WORK_DIR/spm.model" \
+    --input "$raw"/{train,valid,test}."$SRC" "$raw"/{train,valid,test}."$TGT" \
+    --output "$WORK_DIR"/{train,valid,test}.sp."$SRC" "$WORK_DIR"/{train,valid,test}.sp."$TGT"
 
   run rm -rf "$DATA_BIN"
   run fairseq-preprocess --source-lang "$SRC" --target-lang "$TGT" --trainpref "$WORK_DIR/train.sp" \

@@ -5,9 +5,14 @@ The paper encodes WMT14 English-German with a shared source-target byte-pair voc
 use this module:
 
     python -m vaswani_plugin.data.spm train --inputs train.en train.de --model-prefix spm --vocab-size 37000
-    python -m vaswani_plugin.data.spm encode --model spm.model --input train.en --output train.sp.en
+    python -m vaswani_plugin.data.spm encode --model spm.model --input train.en train.de \
+        --output train.sp.en train.sp.de
+
+`encode` takes several files in one process: each start of Python imports fairseq through this
+package (seconds a start), so the recipes encode every split and language with one call.
 """
 import argparse
+import os
 import sys
 
 
@@ -50,15 +55,26 @@ def main(argv=None) -> None:
     t.add_argument("--model-type", choices=["bpe", "unigram"], default="bpe", help="default: bpe, as the paper")
     e = sub.add_parser("encode", help="split raw text into pieces")
     e.add_argument("--model", required=True, help="PREFIX.model from `train`")
-    e.add_argument("--input", required=True)
-    e.add_argument("--output", required=True)
+    e.add_argument("--input", nargs="+", required=True, help="raw text files")
+    e.add_argument("--output", nargs="+", required=True, help="one output per --input file, in the same order")
     args = parser.parse_args(argv)
+    if args.command == "encode" and len(args.input) != len(args.output):
+        parser.error(f"--input names {len(args.input)} file(s) but --output {len(args.output)}; "
+                     "expected one output per input")
+    if args.command == "train":
+        named = [("--inputs", path) for path in args.inputs]
+    else:
+        named = [("--model", args.model)] + [("--input", path) for path in args.input]
+    for flag, path in named:  # one line naming the flag, not sentencepiece's traceback
+        if not os.path.isfile(path):
+            parser.error(f"{flag} {path}: no such file")
     if args.command == "train":
         train(args.inputs, args.model_prefix, args.vocab_size, args.model_type)
         print(f"wrote {args.model_prefix}.model and {args.model_prefix}.vocab", file=sys.stderr)
     else:
-        n = encode(args.model, args.input, args.output)
-        print(f"encoded {n} lines: {args.input} -> {args.output}", file=sys.stderr)
+        for input_path, output_path in zip(args.input, args.output):
+            n = encode(args.model, input_path, output_path)
+            print(f"encoded {n} lines: {input_path} -> {output_path}", file=sys.stderr)
 
 
 if __name__ == "__main__":
