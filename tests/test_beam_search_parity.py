@@ -3,8 +3,11 @@
 the same tokens, in the same order, with scores and positional scores within 1e-5, for ragged
 batches whose sentences finish at different steps and at the length limit, beams 1, 4 and 8, the
 length options fairseq-generate passes (--max-len-a/-b, --min-len, --lenpen, --unnormalized,
---unkpen) and bfloat16; plus its candidate selection, against the top-k of every sum.
+--unkpen) and bfloat16, with the weights packed as fairseq-generate has them (the few-row kernel);
+plus its candidate selection, against the top-k of every sum.
 """
+import copy
+
 import pytest
 import torch
 from conftest import make_dictionary
@@ -14,6 +17,8 @@ from helpers import same_weight_pair
 from vaswani_plugin.errors import ConfigError
 from vaswani_plugin.models import beam_search
 from vaswani_plugin.models.beam_search import VaswaniBeamSearch, top_candidates
+from vaswani_plugin.modules import few_rows_linear
+from vaswani_plugin.modules.onednn_linear import use_onednn_linears_
 
 FLAGS = ["--encoder-layers", "2", "--decoder-layers", "2", "--d-model", "32", "--d-ff", "64", "--attention-heads", "4",
          "--share-all-embeddings"]
@@ -77,6 +82,24 @@ def test_length_and_score_options_as_fairseq(model_and_batch, options):
         assert min(h["tokens"].numel() for hyps in ours for h in hyps) >= options["min_len"] + 1
     if "unk_penalty" in options:
         assert any(d.unk() in h["tokens"].tolist() for hyps in ours for h in hyps)
+
+
+@pytest.mark.parametrize("sentences", [1, 2, 11])  # 4 and 8 rows a step; 44 rows, fewer as sentences finish
+def test_packed_weights_as_fairseq_generate_has_them(model_and_batch, monkeypatch, sentences):
+    """fairseq-generate packs our weights (prepare_for_inference_): products of up to 8 rows take the
+    few-row kernel where it is built, more oneDNN's packed layout; fairseq's generator decodes the
+    unpacked model."""
+    model, d, sample = model_and_batch
+    packed = use_onednn_linears_(copy.deepcopy(model), pack=True)
+    kernel_rows = []
+    real = few_rows_linear.product
+    monkeypatch.setattr(few_rows_linear, "product", lambda x2, *args: kernel_rows.append(x2.size(0)) or real(x2, *args))
+    part = {"net_input": {name: t[:sentences] for name, t in sample["net_input"].items()}}
+    options = dict(beam_size=4, len_penalty=0.6, max_len_b=10)
+    ours = VaswaniBeamSearch([packed], d, **options).generate([packed], part)
+    assert_same(ours, SequenceGenerator([model], d, **options).generate([model], part))
+    if few_rows_linear.kernel_available():
+        assert kernel_rows and max(kernel_rows) <= few_rows_linear.MAX_ROWS
 
 
 def test_bfloat16_model_as_fairseq(model_and_batch):

@@ -232,14 +232,19 @@ def test_onednn_linear_equals_f_linear_in_values_and_gradients_and_follows_chang
     assert torch.equal(lin.state_dict()["weight"], ref.state_dict()["weight"])  # parameters untouched
 
 
-@pytest.mark.parametrize("few_rows_on_mkl", [False, True])
-def test_a_decoding_product_equals_f_linear_and_records_autograd_when_grad_is_on(monkeypatch, few_rows_on_mkl):
+@pytest.mark.parametrize("few_rows_on_mkl, few_rows_kernel", [(False, False), (True, False), (False, True)])
+def test_a_decoding_product_equals_f_linear_and_records_autograd_when_grad_is_on(monkeypatch, few_rows_on_mkl,
+                                                                                 few_rows_kernel):
     """`onednn_linear.decoding_product`, the step's products with `linear`'s checks made once: the
-    same values as F.linear at every layout (W xᵀ at up to 8 rows where `MKL_FOR_FEW_ROWS`, oneDNN's
-    packed weight above), and, called while autograd records, the module's own differentiable
-    forward (a caller that asks for gradients gets them)."""
+    same values as F.linear at every layout (the few-row kernel, or W xᵀ where `MKL_FOR_FEW_ROWS`, at
+    up to 8 rows, oneDNN's packed weight above), and, called while autograd records, the module's
+    own differentiable forward (a caller that asks for gradients gets them)."""
     monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", False)
     monkeypatch.setattr(onednn_linear, "MKL_FOR_FEW_ROWS", few_rows_on_mkl)
+    if not few_rows_kernel:
+        monkeypatch.setattr(onednn_linear.few_rows_linear, "kernel_available", lambda: False)
+    elif not onednn_linear.few_rows_linear.kernel_available():
+        pytest.skip("the few-row kernel is not built here (no C compiler)")
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 96)
     ref = torch.nn.Linear(64, 96)

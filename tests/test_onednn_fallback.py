@@ -67,6 +67,7 @@ def test_an_op_that_fails_on_first_use_falls_back_to_f_linear_with_one_log_line(
     monkeypatch.setattr(onednn_linear, "_AVAILABLE", True)
     monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", False)  # training's products too, on any CPU
     monkeypatch.setattr(onednn_linear, "MKL_FOR_FEW_ROWS", False)  # and decoding's 4 rows
+    monkeypatch.setattr(onednn_linear.few_rows_linear, "kernel_available", lambda: False)  # oneDNN's, not the kernel's
     monkeypatch.setattr(onednn_linear, "_WORKED", set())
     monkeypatch.setattr(torch.ops, "mkldnn", _failing_namespace())
     lin = torch.nn.Linear(8, 5)
@@ -166,6 +167,7 @@ def test_decoding_takes_mkl_against_a_small_weight(monkeypatch, mkl_at_full_spee
                                                    out_features, library):
     monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", mkl_at_full_speed)
     monkeypatch.setattr(onednn_linear, "MKL_FOR_FEW_ROWS", mkl_for_few_rows)
+    monkeypatch.setattr(onednn_linear.few_rows_linear, "kernel_available", lambda: False)  # the rule without the kernel
     lin = onednn_linear.use_onednn_linears_(torch.nn.Linear(8, out_features), pack=pack)
     calls = []
     real_call = onednn_linear._call

@@ -22,7 +22,8 @@ GEMM's left operand, as stored: W xᵀ, transposed back.
   tensors: an autograd Function (forward and both backward products) while autograd records, the
   weight packed once (`PackedWeight`) for a model that only decodes;
 - `decoding_product(layer)`: a packed layer's product for a decoding loop, `linear`'s checks made
-  once instead of at every call;
+  once instead of at every call; up to 8 rows it takes the few-row kernel (`few_rows_linear`)
+  where that is built, which beats every library here at that size;
 - `matmul_nt(a, b)`, `add_matmul_tn_(out, a, b)`, `nt_operand(b)`: a @ bᵀ and out += aᵀ b for the
   fused output loss, through oneDNN where training takes it.
 Anything else (other dtypes, CUDA tensors) takes plain `F.linear`; results equal `F.linear`'s up to
@@ -54,6 +55,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks  # read by every Module call
+
+from . import few_rows_linear
 
 logger = logging.getLogger(__name__)
 
@@ -123,8 +126,9 @@ def backend_summary() -> str:
         return "F.linear"
     training = ("oneDNN" if not MKL_AT_FULL_SPEED
                 else "F.linear (MKL: as fast as oneDNN on this Intel CPU, no transposed copies)")
-    decoding = "oneDNN with packed weights" + (
-        ", MKL against small weights at few rows" if MKL_AT_FULL_SPEED or MKL_FOR_FEW_ROWS else "")
+    decoding = (f"up to {few_rows_linear.MAX_ROWS} rows by the few-row kernel (where a C compiler builds it), "
+                "more by oneDNN with packed weights" + (
+                    ", MKL against small weights at few rows" if MKL_AT_FULL_SPEED or MKL_FOR_FEW_ROWS else ""))
     return f"training in fp32 on CPU: {training}; decoding on CPU: {decoding}; F.linear otherwise"
 
 
@@ -239,8 +243,9 @@ def _shaped_as_input(out: Tensor, x: Tensor) -> Tensor:
 
 
 class PackedWeight:
-    """The copies of one weight that decoding multiplies by: oneDNN's blocked layout (`onednn`) and the
-    dense transpose [in, out] (`transposed`, for `_mkl_layout`), each made on first use and
+    """The copies of one weight that decoding multiplies by: oneDNN's blocked layout (`onednn`), the
+    few-row kernel's panels (`panels`, `few_rows_linear`) and the dense transpose [in, out]
+    (`transposed`, for `_mkl_layout`), each made on first use and
     re-made when the weight's data pointer or version counter moves (load_state_dict, in-place ops on
     the parameter; not in-place ops on `param.data`, which optimizers use: see `use_onednn_linears_`)."""
 
@@ -259,6 +264,9 @@ class PackedWeight:
 
     def transposed(self, weight: Tensor) -> Tensor:
         return self._copy("transposed", weight, _dense_transpose)
+
+    def panels(self, weight: Tensor) -> Tensor:
+        return self._copy("panels", weight, few_rows_linear.to_panels)
 
 
 def _blocked(weight: Tensor) -> Tensor:
@@ -291,7 +299,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
 
 def _product(x2: Tensor, weight: Tensor, bias: Tensor | None, packed: PackedWeight | None) -> Tensor:
     """x2 [N, k] (float32, CPU) x weight [M, k]ᵀ (+ bias [M]) -> [N, M], nothing recorded for autograd:
-    in the layout `_mkl_layout` picks, else by oneDNN (the `packed` copy when there is one)."""
+    a packed weight at up to `few_rows_linear.MAX_ROWS` rows by the few-row kernel where it is built,
+    else in the layout `_mkl_layout` picks, else by oneDNN (the `packed` copy when there is one)."""
+    if packed is not None and x2.size(0) <= few_rows_linear.MAX_ROWS and few_rows_linear.kernel_available():
+        return few_rows_linear.product(x2, packed.panels(weight), bias, weight.size(0))
     layout = _mkl_layout(x2.size(0), weight, packed=packed is not None)
     if layout == "stored":
         return F.linear(x2, weight, bias)
@@ -359,6 +370,8 @@ def use_onednn_linears_(module: nn.Module, pack: bool = False) -> nn.Module:
     would go stale between validations."""
     if not _AVAILABLE:
         return module
+    if pack:
+        few_rows_linear.kernel_available()  # built now (or its log line said why not), not in the first step
     for sub in module.modules():
         if type(sub) is nn.Linear and sub.weight.device.type == "cpu":
             sub.__class__ = OneDNNLinear

@@ -1,0 +1,80 @@
+"""The few-row decoding kernel (modules/few_rows_linear.py and .c): x Wᵀ + b against float64
+`F.linear` at every row count of a pass and past it, ragged output counts (panels of 16 with a
+partial last one), with and without a bias, on one and two threads; the decoding products take it up
+to MAX_ROWS rows and oneDNN above; a kernel that cannot be built leaves one log line and oneDNN."""
+import logging
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vaswani_plugin.modules import few_rows_linear, onednn_linear
+
+has_compiler = shutil.which("cc") is not None
+needs_kernel = pytest.mark.skipif(not has_compiler, reason="no C compiler (cc) to build the kernel")
+
+
+@needs_kernel
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_kernel_equals_f_linear_in_float64(threads):
+    assert few_rows_linear.kernel_available()  # a compiler is here: the kernel must build
+    g = torch.Generator().manual_seed(0)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for out_features, in_features in ((1, 1), (15, 7), (16, 64), (17, 64), (100, 33), (40, 1024)):
+            weight = torch.randn(out_features, in_features, generator=g)
+            bias = torch.randn(out_features, generator=g)
+            panels = few_rows_linear.to_panels(weight)
+            assert panels.shape == (-(-out_features // 16), in_features, 16)
+            for rows in (1, 2, 3, 4, 5, 7, 8, 9, 17):  # a pass is up to 8 rows; more take several
+                x = torch.randn(rows, in_features, generator=g)
+                for b in (bias, None):
+                    expected = F.linear(x.double(), weight.double(), None if b is None else b.double())
+                    got = few_rows_linear.product(x, panels, b, out_features)
+                    assert got.shape == (rows, out_features) and got.dtype == torch.float32
+                    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5 * in_features ** 0.5)
+    finally:
+        torch.set_num_threads(previous)
+
+
+@needs_kernel
+@pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
+def test_decoding_products_take_the_kernel_up_to_max_rows_and_follow_a_changed_weight(monkeypatch):
+    monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", False)
+    lin = torch.nn.Linear(32, 40)
+    onednn_linear.use_onednn_linears_(lin, pack=True)
+    used = []
+    real = few_rows_linear.product
+    monkeypatch.setattr(few_rows_linear, "product", lambda *args: used.append(args[0].size(0)) or real(*args))
+    product = onednn_linear.decoding_product(lin)
+    with torch.inference_mode():
+        for rows in (1, 4, 8, 9, 64):
+            x = torch.randn(rows, 32)
+            torch.testing.assert_close(product(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        assert used == [1, 4, 8]
+        lin.weight.mul_(-2.0)  # load_state_dict and in-place ops on the parameter: the panels are re-made
+        x = torch.randn(4, 32)
+        torch.testing.assert_close(product(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+    assert set(lin.packed.copies) == {"panels", "oneDNN"}
+
+
+@pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
+@pytest.mark.parametrize("compiler, message", [("no-such-compiler-here", "no C compiler 'no-such-compiler-here'"),
+                                               ("false", "false -O3")])
+def test_a_kernel_that_cannot_be_built_leaves_one_log_line_and_onednn(monkeypatch, caplog, compiler, message):
+    monkeypatch.setenv("CC", compiler)
+    monkeypatch.setattr(few_rows_linear, "_tried", False)
+    monkeypatch.setattr(few_rows_linear, "_kernel", None)
+    lin = torch.nn.Linear(8, 24)
+    with caplog.at_level(logging.WARNING, logger=few_rows_linear.__name__):
+        onednn_linear.use_onednn_linears_(lin, pack=True)  # builds the kernel now, once
+        x = torch.randn(4, 8)
+        with torch.inference_mode():
+            for _ in range(3):
+                torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+    lines = [r.getMessage() for r in caplog.records if r.name == few_rows_linear.__name__]
+    assert len(lines) == 1 and message in lines[0] and "use oneDNN" in lines[0], lines
+    assert not few_rows_linear.kernel_available()
+    assert lin.packed is None or "panels" not in lin.packed.copies

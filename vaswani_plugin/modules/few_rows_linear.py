@@ -1,0 +1,92 @@
+"""A linear layer's product for a few rows, the decoding step's case (speed only; not in the paper).
+
+At batch 1 a beam-4 decoding step multiplies 4 rows by every weight of the decoder (19 products, 19
+MB for a 3+3 d=256 model). Such a product is bound by reading the weight, but the BLAS kernels are
+built for many rows and stay far below memory speed there. AMD EPYC Zen 4 (AVX-512), one thread,
+the 19 weights in turn, ms for all of them: only reading them (`w.sum()`) 0.36-0.52; oneDNN's
+packed weights 1.30 at 1 row, 1.73 at 4, 2.29 at 8, 2.35 at 16; MKL (`F.linear`) 3.1 at 4 rows; the
+kernel of `few_rows_linear.c` 0.50 at 1 row, 0.67-0.77 at 4, 1.24 at 8, 2.5 at 16 (two threads:
+0.32-0.36, 0.37-0.42, 0.67 and 1.6 against oneDNN's 0.80, 0.85, 1.62 and 1.70). So up to
+`MAX_ROWS` rows (8: one pass over the weight) take the kernel, more rows oneDNN.
+
+The kernel is C, compiled on first use with the system's C compiler (`$CC`, else `cc`; about 0.3 s,
+in a temporary directory, for this CPU: `-march=native`) and called through ctypes, which releases
+the GIL. It splits the outputs between torch's threads (`torch.get_num_threads()`) with OpenMP:
+the .so asks for libgomp.so.1, which resolves to the one torch has loaded. Where it cannot be
+built (no compiler, or a failed build: one log line says why) `kernel_available()` is False and
+the products stay on oneDNN.
+
+- `to_panels(weight)`: the weight [N, K] in the kernel's layout, [ceil(N / 16), K, 16], made once
+  (`onednn_linear.PackedWeight`);
+- `product(x2, panels, bias, out_features)`: x2 [M, K] @ weightᵀ + bias -> [M, N], float32 on CPU.
+Results equal `F.linear`'s up to float rounding (each output's sum is taken in order over K).
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+
+import torch
+from torch import Tensor
+
+logger = logging.getLogger(__name__)
+
+MAX_ROWS = 8  # rows per pass over the weight in the kernel, and the most that take it (above)
+_WIDTH = 16  # outputs per panel (WIDTH in the C source)
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "few_rows_linear.c")
+_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+
+_kernel = None  # the C function once built
+_tried = False
+
+
+def _build():
+    """Compile and load the kernel -> the ctypes function, or None with one log line saying why."""
+    compiler = os.environ.get("CC", "cc")
+    if shutil.which(compiler) is None:
+        logger.warning("few-row decoding kernel not built (no C compiler %r; set CC): decoding's products of "
+                       "up to %d rows use oneDNN", compiler, MAX_ROWS)
+        return None
+    with tempfile.TemporaryDirectory(prefix="vaswani_few_rows_") as build_dir:
+        library = os.path.join(build_dir, "few_rows_linear.so")
+        done = subprocess.run([compiler, *_FLAGS, _SOURCE, "-o", library], capture_output=True, text=True)
+        if done.returncode != 0:
+            first_error = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip())
+            logger.warning("few-row decoding kernel not built (%s %s failed: %s): decoding's products of up to "
+                           "%d rows use oneDNN", compiler, " ".join(_FLAGS), first_error[:200], MAX_ROWS)
+            return None
+        function = ctypes.CDLL(library).few_rows_linear  # loaded: the file may go with its directory
+    function.restype = None
+    function.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p,
+                         ctypes.c_long, ctypes.c_void_p, ctypes.c_int]
+    return function
+
+
+def kernel_available() -> bool:
+    """Whether the kernel is built (building it on the first call)."""
+    global _kernel, _tried
+    if not _tried:
+        _tried = True
+        _kernel = _build()
+    return _kernel is not None
+
+
+def to_panels(weight: Tensor) -> Tensor:
+    """weight [N, K] -> [ceil(N / 16), K, 16]: panel p, row k holds weight[16p:16p + 16, k], 0 past N."""
+    n, k = weight.shape
+    padded = weight.new_zeros(-(-n // _WIDTH) * _WIDTH, k)
+    padded[:n] = weight
+    return padded.view(-1, _WIDTH, k).transpose(1, 2).contiguous()
+
+
+def product(x2: Tensor, panels: Tensor, bias: Tensor | None, out_features: int) -> Tensor:
+    """x2 [M, K] (float32, CPU) times the weight `panels` holds, plus bias [N] -> [M, N]."""
+    x2 = x2.contiguous()
+    out = x2.new_empty(x2.size(0), out_features)
+    _kernel(x2.data_ptr(), x2.size(0), x2.size(1), panels.data_ptr(), None if bias is None else bias.data_ptr(),
+            out_features, out.data_ptr(), torch.get_num_threads())
+    return out
