@@ -17,7 +17,7 @@ from helpers import same_weight_pair
 from vaswani_plugin.errors import ConfigError
 from vaswani_plugin.models import beam_search
 from vaswani_plugin.models.beam_search import VaswaniBeamSearch, top_candidates
-from vaswani_plugin.modules import few_rows_linear
+from vaswani_plugin.modules import few_rows_linear, onednn_linear
 from vaswani_plugin.modules.onednn_linear import use_onednn_linears_
 
 FLAGS = ["--encoder-layers", "2", "--decoder-layers", "2", "--d-model", "32", "--d-ff", "64", "--attention-heads", "4",
@@ -87,8 +87,8 @@ def test_length_and_score_options_as_fairseq(model_and_batch, options):
 @pytest.mark.parametrize("sentences", [1, 2, 11])  # 4 and 8 rows a step; 44 rows, fewer as sentences finish
 def test_packed_weights_as_fairseq_generate_has_them(model_and_batch, monkeypatch, sentences):
     """fairseq-generate packs our weights (prepare_for_inference_): products of up to 8 rows take the
-    few-row kernel where it is built, more oneDNN's packed layout; fairseq's generator decodes the
-    unpacked model."""
+    few-row kernel where it is built, more oneDNN's packed layout (or the kernel too, where
+    `KERNEL_FOR_EVERY_ROW_COUNT`); fairseq's generator decodes the unpacked model."""
     model, d, sample = model_and_batch
     packed = use_onednn_linears_(copy.deepcopy(model), pack=True)
     kernel_rows = []
@@ -99,7 +99,8 @@ def test_packed_weights_as_fairseq_generate_has_them(model_and_batch, monkeypatc
     ours = VaswaniBeamSearch([packed], d, **options).generate([packed], part)
     assert_same(ours, SequenceGenerator([model], d, **options).generate([model], part))
     if few_rows_linear.kernel_available():
-        assert kernel_rows and max(kernel_rows) <= few_rows_linear.MAX_ROWS
+        assert kernel_rows
+        assert onednn_linear.KERNEL_FOR_EVERY_ROW_COUNT or max(kernel_rows) <= few_rows_linear.MAX_ROWS
 
 
 def test_bfloat16_model_as_fairseq(model_and_batch):

@@ -1,7 +1,8 @@
 """The few-row decoding kernel (modules/few_rows_linear.py and .c): x Wᵀ + b against float64
 `F.linear` at every row count of a pass and past it, ragged output counts (panels of 16 with a
 partial last one), with and without a bias, on one and two threads; the decoding products take it up
-to MAX_ROWS rows and oneDNN above; a kernel that cannot be built leaves one log line and oneDNN."""
+to MAX_ROWS rows and oneDNN above (or the kernel at every row count where
+`KERNEL_FOR_EVERY_ROW_COUNT`); a kernel that cannot be built leaves one log line and oneDNN."""
 import logging
 import shutil
 
@@ -41,8 +42,10 @@ def test_the_kernel_equals_f_linear_in_float64(threads):
 
 @needs_kernel
 @pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
-def test_decoding_products_take_the_kernel_up_to_max_rows_and_follow_a_changed_weight(monkeypatch):
+@pytest.mark.parametrize("every_row_count", [False, True])
+def test_decoding_products_take_the_kernel_up_to_max_rows_and_follow_a_changed_weight(monkeypatch, every_row_count):
     monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", False)
+    monkeypatch.setattr(onednn_linear, "KERNEL_FOR_EVERY_ROW_COUNT", every_row_count)
     lin = torch.nn.Linear(32, 40)
     onednn_linear.use_onednn_linears_(lin, pack=True)
     used = []
@@ -53,11 +56,11 @@ def test_decoding_products_take_the_kernel_up_to_max_rows_and_follow_a_changed_w
         for rows in (1, 4, 8, 9, 64):
             x = torch.randn(rows, 32)
             torch.testing.assert_close(product(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
-        assert used == [1, 4, 8]
+        assert used == ([1, 4, 8, 9, 64] if every_row_count else [1, 4, 8])
         lin.weight.mul_(-2.0)  # load_state_dict and in-place ops on the parameter: the panels are re-made
         x = torch.randn(4, 32)
         torch.testing.assert_close(product(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
-    assert set(lin.packed.copies) == {"panels", "oneDNN"}
+    assert set(lin.packed.copies) == ({"panels"} if every_row_count else {"panels", "oneDNN"})
 
 
 @pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
