@@ -17,7 +17,7 @@ in a temporary directory, for this CPU: `-march=native`) and called through ctyp
 the GIL. It splits the outputs between torch's threads (`torch.get_num_threads()`) with OpenMP:
 the .so asks for libgomp.so.1, which resolves to the one torch has loaded. Where it cannot be
 built (no compiler, or a failed build: one log line says why) `kernel_available()` is False and
-the products stay on oneDNN.
+the products stay on the libraries (oneDNN, or MKL where its rules in `onednn_linear` pick it).
 
 - `to_panels(weight)`: the weight [N, K] in the kernel's layout, [ceil(N / 16), K, 16], made once
   (`onednn_linear.PackedWeight`);
@@ -51,16 +51,16 @@ def _build():
     """Compile and load the kernel -> the ctypes function, or None with one log line saying why."""
     compiler = os.environ.get("CC", "cc")
     if shutil.which(compiler) is None:
-        logger.warning("few-row decoding kernel not built (no C compiler %r; set CC): decoding's products of "
-                       "up to %d rows use oneDNN", compiler, MAX_ROWS)
+        logger.warning("few-row decoding kernel not built (no C compiler %r; set CC): decoding's products "
+                       "fall back to oneDNN or MKL", compiler)
         return None
     with tempfile.TemporaryDirectory(prefix="vaswani_few_rows_") as build_dir:
         library = os.path.join(build_dir, "few_rows_linear.so")
         done = subprocess.run([compiler, *_FLAGS, _SOURCE, "-o", library], capture_output=True, text=True)
         if done.returncode != 0:
             first_error = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip())
-            logger.warning("few-row decoding kernel not built (%s %s failed: %s): decoding's products of up to "
-                           "%d rows use oneDNN", compiler, " ".join(_FLAGS), first_error[:200], MAX_ROWS)
+            logger.warning("few-row decoding kernel not built (%s %s failed: %s): decoding's products fall back to "
+                           "oneDNN or MKL", compiler, " ".join(_FLAGS), first_error[:200])
             return None
         function = ctypes.CDLL(library).few_rows_linear  # loaded: the file may go with its directory
     function.restype = None
