@@ -2,7 +2,7 @@
 `F.linear` at every row count of a pass and past it, ragged output counts (panels of 16 with a
 partial last one), with and without a bias, on one and two threads; the decoding products take it up
 to MAX_ROWS rows and oneDNN above (or the kernel at every row count where
-`KERNEL_FOR_EVERY_ROW_COUNT`); a kernel that cannot be built leaves one log line and oneDNN."""
+`KERNEL_FOR_EVERY_ROW_COUNT`); a packed bfloat16 layer takes the bfloat16 kernel; a kernel that cannot be built leaves one log line and oneDNN."""
 import logging
 import shutil
 
@@ -70,6 +70,7 @@ def test_a_kernel_that_cannot_be_built_leaves_one_log_line_and_onednn(monkeypatc
     monkeypatch.setenv("CC", compiler)
     monkeypatch.setattr(few_rows_linear, "_tried", False)
     monkeypatch.setattr(few_rows_linear, "_kernel", None)
+    monkeypatch.setattr(few_rows_linear, "_kernel_bf16", None)
     lin = torch.nn.Linear(8, 24)
     with caplog.at_level(logging.WARNING, logger=few_rows_linear.__name__):
         onednn_linear.use_onednn_linears_(lin, pack=True)  # builds the kernel now, once
@@ -81,3 +82,27 @@ def test_a_kernel_that_cannot_be_built_leaves_one_log_line_and_onednn(monkeypatc
     assert len(lines) == 1 and message in lines[0] and "fall back to oneDNN or MKL" in lines[0], lines
     assert not few_rows_linear.kernel_available()
     assert lin.packed is None or "panels" not in lin.packed.copies
+
+
+@needs_kernel
+@pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
+def test_a_packed_bfloat16_layer_takes_the_bfloat16_kernel_where_the_cpu_has_avx512_bf16(monkeypatch):
+    """Float64 reference on the same bfloat16 inputs: sums within float32 rounding, one bfloat16
+    rounding of the result (relative 2^-8), as torch's bfloat16 linear; odd K stays on F.linear."""
+    if not few_rows_linear.supports(torch.bfloat16, 64):
+        pytest.skip("no AVX-512 bf16 here: bfloat16 products stay on F.linear")
+    used = []
+    real = few_rows_linear.product
+    monkeypatch.setattr(few_rows_linear, "product", lambda x2, *args: used.append(x2.dtype) or real(x2, *args))
+    g = torch.Generator().manual_seed(1)
+    for in_features, out_features in ((64, 40), (1024, 17), (7, 24)):
+        lin = onednn_linear.use_onednn_linears_(torch.nn.Linear(in_features, out_features), pack=True).bfloat16()
+        for rows in (1, 4, 8, 9, 33):
+            x = torch.randn(rows, in_features, generator=g).bfloat16()
+            with torch.inference_mode():
+                got = lin(x)
+            assert got.dtype == torch.bfloat16 and got.shape == (rows, out_features)
+            expected = F.linear(x.double(), lin.weight.double(), lin.bias.double())
+            torch.testing.assert_close(got.double(), expected, rtol=2 ** -8, atol=1e-3)
+        assert (torch.bfloat16 in used) == (in_features % 2 == 0), in_features
+        used.clear()

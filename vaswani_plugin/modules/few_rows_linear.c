@@ -6,8 +6,17 @@
  * at a few rows the weight streams through at close to memory speed, which is what such a product
  * is bound by. `vec` is the CPU's widest vector (GCC's vector extension): one AVX-512 register holds
  * a panel row's 16 floats, and 8 rows' sums fit in its 32 registers; with AVX2 two registers hold
- * them, and 4 rows' sums fit in 16. */
+ * them, and 4 rows' sums fit in 16.
+ *
+ * few_rows_linear_bf16 (CPUs with AVX-512 bf16 only): the same for bfloat16 x, W, b and y, W as panels
+ * [ceil(N / 16), K / 2, 16, 2] (K even): for each pair of k, the 16 outputs' two weights side by
+ * side, as the dot-product instruction (vdpbf16ps) reads them. Sums in float32, rounded to bfloat16
+ * once, after the bias, as torch's bfloat16 linear does. */
+#include <stdint.h>
 #include <string.h>
+#ifdef __AVX512BF16__
+#include <immintrin.h>
+#endif
 
 #ifdef __AVX512F__
 #define MAX_ROWS 8
@@ -73,3 +82,58 @@ void few_rows_linear(const float *x, long M, long K, const float *panels, const 
         }
     }
 }
+
+#ifdef __AVX512BF16__
+static inline __attribute__((always_inline)) void panel_product_bf16(const uint16_t *x, long K, const uint16_t *panel,
+                                                                     __m512 *sums, const int rows) {
+    __m512 acc[MAX_ROWS];
+    for (int r = 0; r < rows; ++r)
+        acc[r] = _mm512_setzero_ps();
+    for (long pair = 0; pair < K / 2; ++pair) {
+        __m512bh w = (__m512bh)_mm512_loadu_si512(panel + 2 * WIDTH * pair);
+        for (int r = 0; r < rows; ++r) {
+            int32_t xs;  /* x[r, 2 pair] and x[r, 2 pair + 1], broadcast to every output */
+            memcpy(&xs, x + r * K + 2 * pair, sizeof xs);
+            acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32(xs), w);
+        }
+    }
+    for (int r = 0; r < rows; ++r)
+        sums[r] = acc[r];
+}
+
+void few_rows_linear_bf16(const uint16_t *x, long M, long K, const uint16_t *panels, const uint16_t *bias, long N,
+                          uint16_t *y, int threads) {
+    long n_panels = (N + WIDTH - 1) / WIDTH;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (long p = 0; p < n_panels; ++p) {
+        const uint16_t *panel = panels + p * K * WIDTH;
+        long first = p * WIDTH, width = N - first < WIDTH ? N - first : WIDTH;
+        uint16_t b16[WIDTH] = {0};
+        if (bias)
+            memcpy(b16, bias + first, width * sizeof(uint16_t));
+        /* bfloat16 -> float32: the 16 bits become the high half */
+        __m512 b = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)b16)), 16));
+        for (long r0 = 0; r0 < M; r0 += MAX_ROWS) {
+            long rows = M - r0 < MAX_ROWS ? M - r0 : MAX_ROWS;
+            const uint16_t *xr = x + r0 * K;
+            __m512 sums[MAX_ROWS];
+            switch (rows) {
+                case 8: panel_product_bf16(xr, K, panel, sums, 8); break;
+                case 7: panel_product_bf16(xr, K, panel, sums, 7); break;
+                case 6: panel_product_bf16(xr, K, panel, sums, 6); break;
+                case 5: panel_product_bf16(xr, K, panel, sums, 5); break;
+                case 4: panel_product_bf16(xr, K, panel, sums, 4); break;
+                case 3: panel_product_bf16(xr, K, panel, sums, 3); break;
+                case 2: panel_product_bf16(xr, K, panel, sums, 2); break;
+                default: panel_product_bf16(xr, K, panel, sums, 1); break;
+            }
+            for (long r = 0; r < rows; ++r) {
+                __m256bh rounded = _mm512_cvtneps_pbh(_mm512_add_ps(sums[r], b));  /* round to nearest even */
+                uint16_t out[WIDTH];
+                memcpy(out, &rounded, sizeof out);
+                memcpy(y + (r0 + r) * N + first, out, width * sizeof(uint16_t));
+            }
+        }
+    }
+}
+#endif

@@ -310,16 +310,25 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
             return _shaped_as_input(_product(x2, weight, bias, packed), x)
         except _Unusable:
             pass
+    elif packed is not None and x.dtype == weight.dtype == torch.bfloat16 and x.device.type == "cpu" \
+            and not torch.is_grad_enabled() and _kernel_takes(x.numel() // x.size(-1), weight):
+        x2 = x.reshape(-1, x.size(-1))  # a bfloat16 model that only decodes
+        return _shaped_as_input(few_rows_linear.product(x2, packed.panels(weight), bias, weight.size(0)), x)
     return F.linear(x, weight, bias)
+
+
+def _kernel_takes(rows: int, weight: Tensor) -> bool:
+    """A packed product of `rows` rows takes the few-row kernel (up to `few_rows_linear.MAX_ROWS` rows,
+    or any number: `KERNEL_FOR_EVERY_ROW_COUNT`) where it is built for the weight's dtype."""
+    few_rows = KERNEL_FOR_EVERY_ROW_COUNT or rows <= few_rows_linear.MAX_ROWS
+    return few_rows and few_rows_linear.supports(weight.dtype, weight.size(1))
 
 
 def _product(x2: Tensor, weight: Tensor, bias: Tensor | None, packed: PackedWeight | None) -> Tensor:
     """x2 [N, k] (float32, CPU) x weight [M, k]ᵀ (+ bias [M]) -> [N, M], nothing recorded for autograd:
-    a packed weight by the few-row kernel where it is built (at up to `few_rows_linear.MAX_ROWS` rows,
-    or any number: `KERNEL_FOR_EVERY_ROW_COUNT`), else in the layout `_mkl_layout` picks, else by
-    oneDNN (the `packed` copy when there is one)."""
-    few_rows = KERNEL_FOR_EVERY_ROW_COUNT or x2.size(0) <= few_rows_linear.MAX_ROWS
-    if packed is not None and few_rows and few_rows_linear.kernel_available():
+    a packed weight by the few-row kernel where it takes it (`_kernel_takes`), else in the layout
+    `_mkl_layout` picks, else by oneDNN (the `packed` copy when there is one)."""
+    if packed is not None and _kernel_takes(x2.size(0), weight):
         return few_rows_linear.product(x2, packed.panels(weight), bias, weight.size(0))
     layout = _mkl_layout(x2.size(0), weight, packed=packed is not None)
     if layout == "stored":
