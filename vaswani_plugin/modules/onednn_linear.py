@@ -22,21 +22,19 @@ GEMM's left operand, as stored: W xᵀ, transposed back.
   tensors: an autograd Function (forward and both backward products) while autograd records, the
   weight packed once (`PackedWeight`) for a model that only decodes;
 - `decoding_product(layer)`: a packed layer's product for a decoding loop, `linear`'s checks made
-  once instead of at every call; up to 8 rows it takes the few-row kernel (`few_rows_linear`)
-  where that is built, which beats every library here at that size, and at every row count off
-  Intel with AVX-512 (`KERNEL_FOR_EVERY_ROW_COUNT`);
+  once instead of at every call;
 - `matmul_nt(a, b)`, `add_matmul_tn_(out, a, b)`, `nt_operand(b)`: a @ bᵀ and out += aᵀ b for the
   fused output loss, through oneDNN where training takes it.
-Anything else (other dtypes, CUDA tensors) takes plain `F.linear`; results equal `F.linear`'s up to
-float rounding (another summation order).
+Packed products (float32, and bfloat16 where the CPU has AVX-512 bf16) take our own kernel first
+(`few_rows_linear`, `_kernel_takes`): up to 8 rows everywhere, every row count off Intel with
+AVX-512. Anything else (CUDA tensors, bfloat16 training) takes plain `F.linear`; results equal
+`F.linear`'s up to float rounding (another summation order).
 
 oneDNN keeps every primitive it creates, one per distinct product shape, in a cache of 1,024 by
 default, and torch's oneDNN layer (ideep) keeps them in a cache of its own besides. Each primitive
-holds memory: its JIT-compiled kernel, about 0.6 MB whatever the shape (Intel Xeon model 167), and
-up to about 4 MB at a [N x 1024] x [1024 x 4096] product (AMD EPYC). Training meets new row counts N
-at every update (N = sentences x length), so with those defaults a big model's fairseq-train run
-grew by about 1.3 GB over 8 updates (peak RSS 8.2 GB, against 6.9 GB training on MKL), and would go
-on growing. The plugin caps both caches at `PRIMITIVE_CACHE_CAPACITY` (oneDNN's
+holds memory: its JIT-compiled kernel, 0.6-4 MB. Training meets new row counts at every update, so
+with those defaults a big model's fairseq-train run grew by about 1.3 GB over 8 updates (peak RSS
+8.2 GB, against 6.9 GB training on MKL), and would go on growing. The plugin caps both caches at `PRIMITIVE_CACHE_CAPACITY` (oneDNN's
 ONEDNN_PRIMITIVE_CACHE_CAPACITY and ideep's LRU_CACHE_CAPACITY, read when the first primitive is
 created, so only where nothing in the process has used oneDNN yet, and never over a value the user
 has set): enough for the distinct shapes of one update or one decoding step. Capping one cache alone
@@ -217,14 +215,11 @@ def _mkl_layout(rows: int, weight: Tensor, packed: bool) -> str | None:
     x [256 x 768] 270 / 225 / 258, [16 x 512] x [512 x 512] 123 / 101 / 157, [160 x 256] x [256 x
     1024] 865 / 852 / 804. For larger weights no layout wins at every row count, and oneDNN's
     packed one wins at most ([16 x 512] x [512 x 2048] 828 / 1002 / 766; the output projection).
-    AMD EPYC Zen 1 (AVX2), one thread, the 19 weights of a 3+3 d=256 decoder in turn (19 MB, more
-    than the cache: each product streams its weight from memory, as a decoding step does), us a
-    product at 4 rows (MKL as F.linear / MKL as W xᵀ / oneDNN packed): [256 x 768] 240 / 143 / 199,
-    [256 x 256] 78 / 61 / 98, [256 x 1024] 300 / 182 / 207, [1024 x 256] 264 / 163 / 208; at 8
-    rows W xᵀ and oneDNN are level (228 / 235 at [256 x 768]), at 12 oneDNN is ahead; the output
-    projection, [256 x 7800], 2,848 / 1,242 / 1,165 at 4 rows, stays on oneDNN. End to end (beam 4,
-    batch 1, 100 Multi30k sentences, interleaved): 7.9-8.6 sentences/s with W xᵀ, 6.6-7.1 with
-    oneDNN, 6.9-7.2 with F.linear; at batch 2, 8.4-9.0 against oneDNN's 7.0-7.2."""
+    AMD EPYC Zen 1 (AVX2), one thread, 4 rows, us (MKL as F.linear / as W xᵀ / oneDNN packed):
+    [256 x 768] 240 / 143 / 199, [1024 x 256] 264 / 163 / 208; level at 8 rows; the output
+    projection stays on oneDNN. Batch 1 end to end: 7.9-8.6 sentences/s with W xᵀ, 6.6-7.1 with
+    oneDNN (RESULTS.md: "Decoding's few-row products as W xᵀ on an AVX2 CPU"). The kernel comes
+    before these rules where it is built (`_kernel_takes`)."""
     if weight.numel() > 2 ** 18:
         return None
     if MKL_AT_FULL_SPEED:
