@@ -2,7 +2,8 @@
 `F.linear` at every row count of a pass and past it, ragged output counts (panels of 16 with a
 partial last one), with and without a bias, on one and two threads; the decoding products take it up
 to MAX_ROWS rows and oneDNN above (or the kernel at every row count where
-`KERNEL_FOR_EVERY_ROW_COUNT`); a packed bfloat16 layer takes the bfloat16 kernel; a kernel that cannot be built leaves one log line and oneDNN."""
+`KERNEL_FOR_EVERY_ROW_COUNT`); a packed bfloat16 layer takes the bfloat16 kernel; a kernel that
+cannot be built leaves one log line and oneDNN."""
 import logging
 import shutil
 

@@ -112,7 +112,8 @@ void few_rows_linear_bf16(const uint16_t *x, long M, long K, const uint16_t *pan
         if (bias)
             memcpy(b16, bias + first, width * sizeof(uint16_t));
         /* bfloat16 -> float32: the 16 bits become the high half */
-        __m512 b = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)b16)), 16));
+        __m512i widened = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)b16));
+        __m512 b = _mm512_castsi512_ps(_mm512_slli_epi32(widened, 16));
         for (long r0 = 0; r0 < M; r0 += MAX_ROWS) {
             long rows = M - r0 < MAX_ROWS ? M - r0 : MAX_ROWS;
             const uint16_t *xr = x + r0 * K;

@@ -34,11 +34,11 @@ oneDNN keeps every primitive it creates, one per distinct product shape, in a ca
 default, and torch's oneDNN layer (ideep) keeps them in a cache of its own besides. Each primitive
 holds memory: its JIT-compiled kernel, 0.6-4 MB. Training meets new row counts at every update, so
 with those defaults a big model's fairseq-train run grew by about 1.3 GB over 8 updates (peak RSS
-8.2 GB, against 6.9 GB training on MKL), and would go on growing. The plugin caps both caches at `PRIMITIVE_CACHE_CAPACITY` (oneDNN's
-ONEDNN_PRIMITIVE_CACHE_CAPACITY and ideep's LRU_CACHE_CAPACITY, read when the first primitive is
-created, so only where nothing in the process has used oneDNN yet, and never over a value the user
-has set): enough for the distinct shapes of one update or one decoding step. Capping one cache alone
-leaves the other growing.
+8.2 GB, against 6.9 GB training on MKL), and would go on growing. The plugin caps both caches at
+`PRIMITIVE_CACHE_CAPACITY` (oneDNN's ONEDNN_PRIMITIVE_CACHE_CAPACITY and ideep's LRU_CACHE_CAPACITY,
+read when the first primitive is created, so only where nothing in the process has used oneDNN
+yet, and never over a value the user has set): enough for the distinct shapes of one update or
+one decoding step. Capping one cache alone leaves the other growing.
 
 oneDNN is reached through private torch ops (`_PRIVATE_OPS`). Each is looked up at import, and
 each call goes through `_call`: if one is missing, or fails the first time it is used, one log line
