@@ -68,6 +68,19 @@ def test_attention_micro_compares_same_weight_modules(capsys):
                                                    ["| incremental step", "4"], ["| incremental step", "8"]]
 
 
+def test_linear_micro_checks_each_product_and_tables_each_row_count(capsys):
+    import linear_micro
+
+    from vaswani_plugin.modules import few_rows_linear
+
+    linear_micro.main(["--rows", "1", "9", "--d-model", "16", "--d-ff", "32", "--layers", "1", "--vocab", "40",
+                       "--repeats", "1", "--no-append"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [line.split(" | ")[0] for line in lines[1:]] == ["| 1", "| 9"]
+    assert lines[0].startswith("| rows | read only (w.sum()), ms | MKL (F.linear), ms")
+    assert ("| kernel, ms" in lines[0]) == few_rows_linear.kernel_available()
+
+
 def test_ctranslate2_anchor_decodes_the_same_sentences(tiny, capsys):
     pytest.importorskip("ctranslate2")
     import ctranslate2_anchor

@@ -10,7 +10,7 @@ kernel of `few_rows_linear.c` 0.50 at 1 row, 0.67-0.77 at 4, 1.24 at 8, 2.5 at 1
 `MAX_ROWS` rows (8: one pass over the weight with AVX-512, two with AVX2) take the kernel, more
 rows oneDNN, except where oneDNN is no faster at any row count (`onednn_linear.KERNEL_FOR_EVERY_ROW_COUNT`).
 Built for AVX2 only (`-mavx2 -mfma`, 4 rows a pass) on the same CPU: 0.80 ms at 4 rows against
-oneDNN's 1.47, level at 8.
+oneDNN's 1.47, level at 8. `benchmarks/linear_micro.py` measures all of these on a given CPU.
 
 The kernel is C, compiled on first use with the system's C compiler (`$CC`, else `cc`; about 0.3 s,
 in a temporary directory, for this CPU: `-march=native`) and called through ctypes, which releases
