@@ -26,11 +26,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import append_results, markdown_table
 
 
-def decoder_weights(d_model, d_ff, layers, vocab, dtype):
+def decoder_weights(d_model, d_ff, layers, vocab):
+    """The float32 weights a decoding step multiplies by, in the order it does."""
     shapes = [(3 * d_model, d_model), (d_model, d_model), (d_model, d_model), (d_model, d_model), (d_ff, d_model),
               (d_model, d_ff)] * layers + [(vocab, d_model)]
     g = torch.Generator().manual_seed(0)
-    return [(torch.randn(n, k, generator=g) / k ** 0.5).to(dtype) for n, k in shapes]
+    return [torch.randn(n, k, generator=g) / k ** 0.5 for n, k in shapes]
 
 
 def best_ms(fn, weights, inputs, repeats):
@@ -48,9 +49,14 @@ def run(args):
     from vaswani_plugin.modules import few_rows_linear, onednn_linear
 
     torch.set_num_threads(args.threads)
-    weights = decoder_weights(args.d_model, args.d_ff, args.layers, args.vocab, torch.float32)
+    weights = decoder_weights(args.d_model, args.d_ff, args.layers, args.vocab)
     bf16 = few_rows_linear.supports(torch.bfloat16, args.d_model)
-    packed = {id(w): onednn_linear.PackedWeight() for w in weights}
+    weights_bf16 = [w.bfloat16() for w in weights] if bf16 else []
+    packed = {id(w): onednn_linear.PackedWeight() for w in weights + weights_bf16}
+
+    def kernel(w, x):  # float32 or bfloat16, as w and x are
+        return few_rows_linear.product(x, packed[id(w)].panels(w), None, w.size(0))
+
     systems = {
         "read only (w.sum())": lambda w, x: w.sum(),
         "MKL (F.linear)": lambda w, x: F.linear(x, w),
@@ -60,13 +66,7 @@ def run(args):
             "_linear_pointwise", x, packed[id(w)].onednn(w), None, "none", [], "")
     systems["MKL, transposed copy"] = lambda w, x: x @ packed[id(w)].transposed(w)
     if few_rows_linear.kernel_available():
-        systems["kernel"] = lambda w, x: few_rows_linear.product(x, packed[id(w)].panels(w), None, w.size(0))
-    weights_bf16 = [w.bfloat16() for w in weights] if bf16 else []
-    packed.update({id(w): onednn_linear.PackedWeight() for w in weights_bf16})
-
-    def kernel_bf16(w, x):
-        return few_rows_linear.product(x, packed[id(w)].panels(w), None, w.size(0))
-
+        systems["kernel"] = kernel
     rows_out = []
     for rows in args.rows:
         inputs = [torch.randn(rows, w.size(1)) for w in weights]
@@ -79,9 +79,9 @@ def run(args):
             inputs_bf16 = [x.bfloat16() for x in inputs]
             for w, x in zip(weights_bf16, inputs_bf16):
                 expected = F.linear(x.double(), w.double())
-                torch.testing.assert_close(kernel_bf16(w, x).double(), expected, rtol=2 ** -7, atol=1e-2)
+                torch.testing.assert_close(kernel(w, x).double(), expected, rtol=2 ** -7, atol=1e-2)
             row += [f"{best_ms(F.linear, weights_bf16, inputs_bf16, args.repeats):.3f}",
-                    f"{best_ms(kernel_bf16, weights_bf16, inputs_bf16, args.repeats):.3f}"]
+                    f"{best_ms(kernel, weights_bf16, inputs_bf16, args.repeats):.3f}"]
         rows_out.append(row)
     header = ["rows"] + [f"{name}, ms" for name in systems] + (
         ["bf16 F.linear, ms", "bf16 kernel, ms"] if bf16 else [])

@@ -307,9 +307,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
         except _Unusable:
             pass
     elif packed is not None and x.dtype == weight.dtype == torch.bfloat16 and x.device.type == "cpu" \
-            and not torch.is_grad_enabled() and _kernel_takes(x.numel() // x.size(-1), weight):
-        x2 = x.reshape(-1, x.size(-1))  # a bfloat16 model that only decodes
-        return _shaped_as_input(few_rows_linear.product(x2, packed.panels(weight), bias, weight.size(0)), x)
+            and not torch.is_grad_enabled():  # a bfloat16 model that only decodes
+        x2 = x.reshape(-1, x.size(-1))
+        if _kernel_takes(x2.size(0), weight):
+            return _shaped_as_input(few_rows_linear.product(x2, packed.panels(weight), bias, weight.size(0)), x)
     return F.linear(x, weight, bias)
 
 
