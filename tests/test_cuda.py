@@ -20,12 +20,45 @@ HALF = [torch.float16, torch.bfloat16]
 
 
 def _loss_and_grads(model, sample):
+    """Loss and gradients, each widened to float64."""
     model.zero_grad()
     logits, _ = model(**sample["net_input"])
-    loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), sample["target"].flatten(),
+    loss = torch.nn.functional.cross_entropy(logits.double().flatten(0, 1), sample["target"].flatten(),
                                              ignore_index=1, reduction="sum")
     loss.backward()
-    return loss.detach(), [p.grad.float().clone() for p in model.parameters()]
+    return loss.detach(), [p.grad.double() for p in model.parameters()]
+
+
+def _norm_error(x, reference):
+    return (x - reference).norm().item()
+
+
+def fused_and_math_errors(dtype, padded, device="cuda"):
+    """Loss and gradients of a small model through the fused SDPA kernel alone and through the math
+    backend, both in `dtype`, each as its distance from the same model in float64 (math backend)."""
+    task = FakeTask(make_dictionary(60))
+    model = build_from_cli("vaswani_transformer", task, "--encoder-layers", "2", "--decoder-layers", "2",
+                           "--d-model", "64", "--d-ff", "128", "--attention-heads", "4", "--dropout", "0")
+    model = model.to(device).train()
+    args = train_step.parse_args(["--quick", "--vocab", "64", "--seq-len", "12"])
+    sample, _ = train_step.batch(args, task.source_dictionary, seed=0)
+    if not padded:
+        keep = sample["net_input"]["src_tokens"].ne(1).all(1) & sample["target"].ne(1).all(1)
+        sample = {"target": sample["target"][keep], "net_input": {k: v[keep] for k, v in sample["net_input"].items()}}
+        assert len(sample["target"]) > 0
+    sample = {"target": sample["target"].to(device),
+              "net_input": {k: v.to(device) for k, v in sample["net_input"].items()}}
+    with sdpa_kernel([SDPBackend.MATH]):
+        ref_loss, ref_grads = _loss_and_grads(model.double(), sample)
+    model = model.to(dtype)
+    fused = [SDPBackend.EFFICIENT_ATTENTION] if padded else [SDPBackend.FLASH_ATTENTION]
+    errors = {}
+    for name, backends in [("fused", fused), ("math", [SDPBackend.MATH])]:
+        with sdpa_kernel(backends):
+            loss, grads = _loss_and_grads(model, sample)
+        errors[name] = [abs(loss.item() - ref_loss.item())] + [_norm_error(g, r) for g, r in zip(grads, ref_grads)]
+    scales = [abs(ref_loss.item())] + [r.norm().item() for r in ref_grads]
+    return errors["fused"], errors["math"], scales
 
 
 @pytest.mark.parametrize("dtype", HALF)
@@ -33,26 +66,14 @@ def _loss_and_grads(model, sample):
 def test_model_runs_on_flash_or_efficient_kernels_alone(dtype, padded):
     """Without the math fallback allowed, SDPA raises if no fused kernel accepts our calls: unpadded
     batches (no mask / is_causal) must fit flash attention, padded ones the memory-efficient kernel.
-    Loss and gradients match the math backend's."""
-    task = FakeTask(make_dictionary(60))
-    model = build_from_cli("vaswani_transformer", task, "--encoder-layers", "2", "--decoder-layers", "2",
-                           "--d-model", "64", "--d-ff", "128", "--attention-heads", "4", "--dropout", "0")
-    model = model.to("cuda", dtype).train()
-    args = train_step.parse_args(["--quick", "--vocab", "64", "--seq-len", "12"])
-    sample, _ = train_step.batch(args, task.source_dictionary, seed=0)
-    if not padded:
-        keep = sample["net_input"]["src_tokens"].ne(1).all(1) & sample["target"].ne(1).all(1)
-        sample = {"target": sample["target"][keep], "net_input": {k: v[keep] for k, v in sample["net_input"].items()}}
-        assert len(sample["target"]) > 0
-    sample = {"target": sample["target"].cuda(), "net_input": {k: v.cuda() for k, v in sample["net_input"].items()}}
-    fused = [SDPBackend.EFFICIENT_ATTENTION] if padded else [SDPBackend.FLASH_ATTENTION]
-    with sdpa_kernel(fused):
-        loss, grads = _loss_and_grads(model, sample)
-    with sdpa_kernel([SDPBackend.MATH]):
-        ref_loss, ref_grads = _loss_and_grads(model, sample)
-    torch.testing.assert_close(loss, ref_loss, rtol=2e-2, atol=0)
-    for g, r in zip(grads, ref_grads):
-        torch.testing.assert_close(g, r, rtol=0, atol=5e-2 * r.abs().max().item() + 1e-3)
+    The fused kernel is as accurate as the math backend in the same dtype: the loss's and every
+    gradient's distance from the float64 model within twice the math backend's (plus 0.1% of the
+    value, for distances that are near zero by chance). An element-wise bound against the math
+    backend failed on the H200 for one bf16 gradient element in 8,192 (0.084 against 0.068 allowed),
+    which is two bf16 paths rounding differently, not one of them being wrong."""
+    fused, math, scales = fused_and_math_errors(dtype, padded)
+    for i, (f, m, scale) in enumerate(zip(fused, math, scales)):
+        assert f <= 2 * m + 1e-3 * scale, f"{'loss' if i == 0 else f'gradient {i - 1}'}: {f:.3g} vs math {m:.3g}"
 
 
 @pytest.mark.parametrize("dtype,rtol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-3), (torch.float16, 1e-3)])
