@@ -25,7 +25,7 @@ from vaswani_plugin.modules import (
     ScaledEmbedding,
     use_onednn_linears_,
 )
-from vaswani_plugin.modules import onednn_linear
+from vaswani_plugin.modules import decoding_kernels, onednn_linear
 from vaswani_plugin.modules.attention_cache import BeamAncestry
 from vaswani_plugin.modules.decoding_step import BeamDecodingStep
 from vaswani_plugin.modules.onednn_linear import OneDNNLinear, onednn_available
@@ -49,12 +49,21 @@ def test_self_attention_cache_follows_reorders_that_shrink_the_batch_and_outgrow
             torch.testing.assert_close(out, full[:, -1:], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("kernels", [True, False], ids=["C kernels", "torch operations"])
 @pytest.mark.parametrize("normalize_before", [False, True])
-def test_beam_decoding_step_equals_the_layers_over_each_hypothesis_history(normalize_before):
+def test_beam_decoding_step_equals_the_layers_over_each_hypothesis_history(normalize_before, kernels, monkeypatch):
     """The lean search's step (modules.decoding_step): one row per sentence at the first step, then 3
     hypotheses each continuing any hypothesis of its sentence; sentences leave; 20 steps outgrow the
     16-step capacity of the caches. Each row's logits must equal the modules' full forward over that
-    row's own tokens, against its own sentence's padded memory."""
+    row's own tokens, against its own sentence's padded memory; on decoding_kernels' C kernels (where
+    they build) and on torch's operations."""
+    if kernels and not decoding_kernels.available():
+        pytest.skip("the decoding kernels are not built here (no C compiler)")
+    calls = []
+    real_attention, real_norm = decoding_kernels.grouped_attention, decoding_kernels.add_layer_norm_
+    monkeypatch.setattr(decoding_kernels, "takes", lambda x: kernels)
+    monkeypatch.setattr(decoding_kernels, "grouped_attention", lambda *a: calls.append("attention") or real_attention(*a))
+    monkeypatch.setattr(decoding_kernels, "add_layer_norm_", lambda *a: calls.append("norm") or real_norm(*a))
     torch.manual_seed(0)
     d, heads, vocab, sentences, beam = 16, 4, 11, 4, 3
     embedding = ScaledEmbedding(torch.nn.Embedding(vocab, d, padding_idx=1))
@@ -92,6 +101,9 @@ def test_beam_decoding_step_equals_the_layers_over_each_hypothesis_history(norma
             live, group = [live[i] for i in keep], beam
             tokens = torch.cat([tokens[parents], torch.randint(3, vocab, (parents.numel(), 1), generator=g)], 1)
     assert len(live) == 2 and step_fn.self_kv[0].k.size(2) > 16 * beam
+    # per step and layer: two attentions; three residual blocks closed in C where post-LN (the paper's)
+    assert calls.count("attention") == (20 * 2 * 2 if kernels else 0)
+    assert calls.count("norm") == (20 * 2 * 3 if kernels and not normalize_before else 0)
 
 
 @pytest.mark.parametrize("hook_on", ["the layer", "every module"])

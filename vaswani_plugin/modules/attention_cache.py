@@ -136,7 +136,7 @@ class BeamSelfAttentionCache:
 
     def append(self, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
         """k, v [N, H, group, d_k] of the newest step -> the sentences' keys and values so far, 2 x
-        [N * H, length x beam, d_k] (columns as in `BeamAncestry`)."""
+        [N, H, length x beam, d_k] (columns as in `BeamAncestry`): views of the cache, not copies."""
         n, h, group, d = k.shape
         beam, step = self.ancestry.beam, self.ancestry.length - 1
         if self.k is None:
@@ -149,8 +149,7 @@ class BeamSelfAttentionCache:
         self.k[:, :, step * beam:step * beam + group] = k
         self.v[:, :, step * beam:step * beam + group] = v
         self.filled = (step + 1) * beam
-        return (self.k[:, :, :self.filled].reshape(n * h, self.filled, d),
-                self.v[:, :, :self.filled].reshape(n * h, self.filled, d))
+        return self.k[:, :, :self.filled], self.v[:, :, :self.filled]
 
     def keep_sentences(self, sentences: Tensor) -> None:
         """Only the K/V of `sentences` from now on, in that order."""

@@ -11,18 +11,21 @@ than the modules' general forward, between whose GEMMs a step spent most of its 
   against its keys together; the masks (the hypotheses' ancestry, the source padding) are made
   once a step or once a batch for every layer, as 0 / -inf to add to the scores;
 - the self-attention's K and V never move (`BeamSelfAttentionCache`), and the encoder-decoder K/V
-  are projected once per sentence.
+  are projected once per sentence;
+- in float32 on CPU, each attention (every sentence and head) and each post-LN residual close is
+  one call of a C kernel (`decoding_kernels`; `_attend` and `_close` hold the torch path beside it).
 Every source sentence has at least one real token (fairseq appends EOS), so no query is blind.
 `tests/test_decoding_speedups.py` holds it equal to the modules' full forward over each
 hypothesis's history; the beam-search parity tests hold the search equal to fairseq's.
 """
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention_cache import BeamAncestry, BeamSelfAttentionCache
+from . import decoding_kernels
 from .attention_kernels import softmax_lastdim
 from .onednn_linear import decoding_product
 
@@ -55,14 +58,17 @@ class _LayerCalls(NamedTuple):
     fc1: Callable[[Tensor], Tensor]
     fc2: Callable[[Tensor], Tensor]
     ffn_close: Callable[[Tensor, Tensor], Tensor]
+    norms: Tuple[Optional[nn.LayerNorm], ...]  # the three blocks' LayerNorm where it closes them (post-LN)
 
     @classmethod
     def of(cls, layer: nn.Module) -> "_LayerCalls":
         attn, cross, ffn = layer.self_attn, layer.cross_attn, layer.ffn
+        blocks = (layer.self_attn_block, layer.cross_attn_block, layer.ffn_block)
         return cls(layer.self_attn_block.open, decoding_product(attn.qkv_proj), decoding_product(attn.out_proj),
                    layer.self_attn_block.close, layer.cross_attn_block.open, decoding_product(cross.q_proj),
                    decoding_product(cross.out_proj), layer.cross_attn_block.close, layer.ffn_block.open,
-                   decoding_product(ffn.fc1), decoding_product(ffn.fc2), layer.ffn_block.close)
+                   decoding_product(ffn.fc1), decoding_product(ffn.fc2), layer.ffn_block.close,
+                   tuple(None if block.normalize_before else block.norm for block in blocks))
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], scale: float) -> Tensor:
@@ -92,10 +98,10 @@ class BeamDecodingStep:
         self.heads, self.scale = attn.num_heads, attn.head_dim ** -0.5
         n, s, _ = memory.shape
         self.self_kv = [BeamSelfAttentionCache(ancestry) for _ in layers]
-        self.memory_kv = []  # per layer: K, V [N * H, S, d_k], projected once per sentence (§3.2.3)
+        self.memory_kv = []  # per layer: K, V [N, H, S, d_k], projected once per sentence (§3.2.3)
         for layer in layers:
             k, v = layer.cross_attn.kv_proj(memory).chunk(2, dim=-1)  # 2 x [N, S, d]
-            self.memory_kv.append([_per_head(t.reshape(n * s, -1), n, self.heads) for t in (k, v)])
+            self.memory_kv.append([t.reshape(n, s, self.heads, -1).transpose(1, 2).contiguous() for t in (k, v)])
         self.memory_padding_mask = memory_padding_mask
         self.memory_bias = self._memory_bias()
 
@@ -112,31 +118,47 @@ class BeamDecodingStep:
         """Only `sentences` (indices of the live ones, in order) go on."""
         for cache in self.self_kv:
             cache.keep_sentences(sentences)
-        self.memory_kv = [[t.unflatten(0, (-1, self.heads)).index_select(0, sentences).flatten(0, 1) for t in kv]
-                          for kv in self.memory_kv]
+        self.memory_kv = [[t.index_select(0, sentences) for t in kv] for kv in self.memory_kv]
         if self.memory_padding_mask is not None:
             self.memory_padding_mask = self.memory_padding_mask.index_select(0, sentences)
             self.memory_bias = self._memory_bias()
 
     def __call__(self, tokens: Tensor, step: int) -> Tensor:
         """tokens [rows]: the token each row feeds in at `step` -> logits [rows, V]."""
-        n, heads, scale = tokens.numel() // self.ancestry.group, self.heads, self.scale
+        n, heads = tokens.numel() // self.ancestry.group, self.heads
         emb = self.embedding  # §3.4, §3.5: every row holds step + 1 real tokens, so one position for all
         x = F.embedding(tokens, emb.embed_tokens.weight) * emb.scale + emb.positions.at(step)  # [rows, d]
+        d = x.size(-1)
+        kernels = decoding_kernels.takes(x)
         self_bias = self.ancestry.bias(heads, x.dtype)  # [N * H, group, steps x beam]
         for calls, cache, (memory_k, memory_v) in zip(self.calls, self.self_kv, self.memory_kv):
+            self_norm, cross_norm, ffn_norm = calls.norms if kernels else (None, None, None)
             # masked self-attention: this step's K, V join the sentence's; each query sees its ancestors'
-            qkv = _per_head(calls.qkv(calls.self_open(x)), n, 3 * heads)  # [N * 3H, g, d_k]
-            q, k, v = qkv.view(n, 3, heads, -1, qkv.size(-1)).unbind(1)  # 3 x [N, H, g, d_k]
-            keys, values = cache.append(k, v)  # 2 x [N * H, steps x beam, d_k]
-            out = _attend(q.reshape(n * heads, -1, q.size(-1)), keys, values, self_bias, scale)
-            x = calls.self_close(x, calls.self_out(_per_row(out, n)))
+            qkv = calls.qkv(calls.self_open(x))  # [rows, 3d]: q, k, v side by side, heads inside each
+            k, v = (qkv[:, i * d:(i + 1) * d].view(n, -1, heads, d // heads).transpose(1, 2) for i in (1, 2))
+            keys, values = cache.append(k, v)  # 2 x [N, H, steps x beam, d_k]
+            out = self._attend(qkv, keys, values, self_bias, n, kernels)  # [rows, d]
+            x = self._close(x, calls.self_out(out), calls.self_close, self_norm)
             # encoder-decoder attention
-            q = _per_head(calls.cross_q(calls.cross_open(x)), n, heads)  # [N * H, g, d_k]
-            out = _attend(q, memory_k, memory_v, self.memory_bias, scale)
-            x = calls.cross_close(x, calls.cross_out(_per_row(out, n)))
+            out = self._attend(calls.cross_q(calls.cross_open(x)), memory_k, memory_v, self.memory_bias, n, kernels)
+            x = self._close(x, calls.cross_out(out), calls.cross_close, cross_norm)
             # position-wise feed-forward (Eq. 2)
-            x = calls.ffn_close(x, calls.fc2(calls.fc1(calls.ffn_open(x)).relu_()))
+            x = self._close(x, calls.fc2(calls.fc1(calls.ffn_open(x)).relu_()), calls.ffn_close, ffn_norm)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return self.output_layer(x)  # [rows, V]
+
+    def _attend(self, q: Tensor, keys: Tensor, values: Tensor, bias: Optional[Tensor], n: int, kernels: bool) -> Tensor:
+        """q [rows, >= d] (a row's first d columns its queries), keys and values [N, H, S, d_k], bias as
+        `_attend` takes it -> [rows, d]: the C kernel, or the same maths in torch operations."""
+        if kernels:
+            return decoding_kernels.grouped_attention(q, keys, values, bias, self.scale)
+        d = keys.size(1) * keys.size(3)
+        out = _attend(_per_head(q[:, :d], n, self.heads), keys.flatten(0, 1), values.flatten(0, 1), bias, self.scale)
+        return _per_row(out, n)
+
+    @staticmethod
+    def _close(x: Tensor, y: Tensor, close: Callable[[Tensor, Tensor], Tensor], norm: Optional[nn.LayerNorm]) -> Tensor:
+        """A residual block's end: LayerNorm(x + y) in place by the C kernel where `norm` is given, else
+        the block's own `close`."""
+        return decoding_kernels.add_layer_norm_(x, y, norm) if norm is not None else close(x, y)

@@ -12,12 +12,12 @@ rows oneDNN, except where oneDNN is no faster at any row count (`onednn_linear.K
 Built for AVX2 only (`-mavx2 -mfma`, 4 rows a pass) on the same CPU: 0.80 ms at 4 rows against
 oneDNN's 1.47, level at 8. `benchmarks/linear_micro.py` measures all of these on a given CPU.
 
-The kernel is C, compiled on first use with the system's C compiler (`$CC`, else `cc`; about 0.3 s,
-in a temporary directory, for this CPU: `-march=native`) and called through ctypes, which releases
-the GIL. It splits the outputs between torch's threads (`torch.get_num_threads()`) with OpenMP:
-the .so asks for libgomp.so.1, which resolves to the one torch has loaded. Where it cannot be
-built (no compiler, or a failed build: one log line says why) `kernel_available()` is False and
-the products stay on the libraries (oneDNN, or MKL where its rules in `onednn_linear` pick it).
+The kernel is C, compiled on first use for this CPU (`c_library`; about 0.3 s) and called through
+ctypes, which releases the GIL. It splits the outputs between torch's threads
+(`torch.get_num_threads()`) with OpenMP: the .so asks for libgomp.so.1, which resolves to the one
+torch has loaded. Where it cannot be built (no compiler, or a failed build: one log line says why)
+`kernel_available()` is False and the products stay on the libraries (oneDNN, or MKL where its
+rules in `onednn_linear` pick it).
 
 bfloat16 (a model cast with `--bf16`) takes a second kernel where the CPU has AVX-512 bf16 (its
 dot-product instruction, two products a lane): 4 rows 0.35 ms for the same 19 weights against
@@ -36,19 +36,17 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import shutil
-import subprocess
-import tempfile
 
 import torch
 from torch import Tensor
+
+from .c_library import compile_c_library
 
 logger = logging.getLogger(__name__)
 
 MAX_ROWS = 8  # the most rows that take the kernel on every CPU (above)
 _WIDTH = 16  # outputs per panel (WIDTH in the C source)
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "few_rows_linear.c")
-_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 
 _kernel = None  # the C function once built
 _kernel_bf16 = None  # its bfloat16 twin, where the CPU has AVX-512 bf16
@@ -58,20 +56,10 @@ _tried = False
 def _build():
     """Compile and load the kernels -> (float32, bfloat16) ctypes functions, or Nones (with one log
     line saying why, where none is built)."""
-    compiler = os.environ.get("CC", "cc")
-    if shutil.which(compiler) is None:
-        logger.warning("few-row decoding kernel not built (no C compiler %r; set CC): decoding's products "
-                       "fall back to oneDNN or MKL", compiler)
+    loaded, why = compile_c_library(_SOURCE)
+    if loaded is None:
+        logger.warning("few-row decoding kernel not built (%s): decoding's products fall back to oneDNN or MKL", why)
         return None, None
-    with tempfile.TemporaryDirectory(prefix="vaswani_few_rows_") as build_dir:
-        library = os.path.join(build_dir, "few_rows_linear.so")
-        done = subprocess.run([compiler, *_FLAGS, _SOURCE, "-o", library], capture_output=True, text=True)
-        if done.returncode != 0:
-            first_error = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip())
-            logger.warning("few-row decoding kernel not built (%s %s failed: %s): decoding's products fall back to "
-                           "oneDNN or MKL", compiler, " ".join(_FLAGS), first_error[:200])
-            return None, None
-        loaded = ctypes.CDLL(library)  # loaded: the file may go with its directory
     functions = (loaded.few_rows_linear, getattr(loaded, "few_rows_linear_bf16", None))
     for function in filter(None, functions):
         function.restype = None

@@ -1,0 +1,86 @@
+/* The lean beam search's decoding step between its products (speed only; see decoding_kernels.py).
+ *
+ * grouped_attention: Eq. 1 for the g query rows of each of N sentences against that sentence's keys
+ * and values, every head in one call. Query row r = n g + j, head h, reads q[r q_row + h dk .. + dk];
+ * its keys are k[n k_sentence + h k_head + s dk .. + dk] for s < S (values likewise); the bias,
+ * added to the scaled scores where given (0 or -inf: the masks), is bias[(n H + h) b_head + j b_row + s].
+ * out [N g, H dk] row-major. Each score is (q . k) scale, then + bias; softmax subtracts the row's
+ * maximum, exponentiates, and divides by the sum; out is the weights' sum of the values, s in order.
+ * A row with every key hidden would be 0/0: the decoder never makes one (every source sentence has
+ * a token, and every hypothesis sees itself).
+ *
+ * add_layer_norm: x <- LayerNorm(x + a) gamma + beta row by row (§3.1's post-LN residual block, in
+ * eval: no dropout), x and a [rows, d] row-major; mean and variance over the row in double, the
+ * variance biased, as torch's layer_norm takes it. */
+#include <math.h>
+#include <stdlib.h>
+
+void grouped_attention(const float *q, long q_row, const float *k, const float *v, long k_sentence, long k_head,
+                       long S, const float *bias, long b_head, long b_row, long N, long g, long H, long dk,
+                       float scale, float *out, int threads) {
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        float *w = malloc(S * sizeof(float));
+#pragma omp for schedule(static)
+        for (long nh = 0; nh < N * H; ++nh) {
+            long n = nh / H, h = nh % H;
+            const float *keys = k + n * k_sentence + h * k_head, *values = v + n * k_sentence + h * k_head;
+            for (long j = 0; j < g; ++j) {
+                const float *qr = q + (n * g + j) * q_row + h * dk;
+                const float *b = bias ? bias + nh * b_head + j * b_row : NULL;
+                float top = -INFINITY;
+                for (long s = 0; s < S; ++s) {
+                    const float *key = keys + s * dk;
+                    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                    for (long i = 0; i < dk; ++i)
+                        dot += qr[i] * key[i];
+                    float score = dot * scale;
+                    if (b)
+                        score += b[s];
+                    w[s] = score;
+                    top = score > top ? score : top;
+                }
+                float sum = 0.0f;
+                for (long s = 0; s < S; ++s) {
+                    w[s] = expf(w[s] - top);
+                    sum += w[s];
+                }
+                float *o = out + (n * g + j) * H * dk + h * dk;
+                for (long i = 0; i < dk; ++i)
+                    o[i] = 0.0f;
+                for (long s = 0; s < S; ++s) {
+                    float weight = w[s] / sum;
+                    const float *value = values + s * dk;
+#pragma omp simd
+                    for (long i = 0; i < dk; ++i)
+                        o[i] += weight * value[i];
+                }
+            }
+        }
+        free(w);
+    }
+}
+
+void add_layer_norm(float *x, const float *a, const float *gamma, const float *beta, long rows, long d, float eps,
+                    int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && rows > 1)
+    for (long r = 0; r < rows; ++r) {
+        float *xr = x + r * d;
+        const float *ar = a + r * d;
+        double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+        for (long i = 0; i < d; ++i) {
+            xr[i] += ar[i];
+            sum += xr[i];
+        }
+        double mean = sum / d, squares = 0.0;
+#pragma omp simd reduction(+ : squares)
+        for (long i = 0; i < d; ++i)
+            squares += (xr[i] - mean) * (xr[i] - mean);
+        float m = (float)mean, rstd = (float)(1.0 / sqrt(squares / d + eps));
+#pragma omp simd
+        for (long i = 0; i < d; ++i)
+            xr[i] = (xr[i] - m) * rstd * gamma[i] + beta[i];
+    }
+}

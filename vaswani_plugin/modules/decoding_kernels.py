@@ -1,0 +1,82 @@
+"""The decoding step's work between its products, in C (speed only; not in the paper).
+
+At batch 1 a beam-4 step of the 3+3 d=256 decoder made about 300 small torch operations (issue 15's
+profile: attention's bmm, scaling, masking, softmax and the head reshapes; each residual block's add
+and LayerNorm), each costing microseconds of dispatch for nanoseconds of arithmetic, one thread at
+a time. `decoding_kernels.c` does the same maths in two calls:
+- `grouped_attention`: Eq. 1 for every sentence's hypotheses and every head at once, reading the
+  queries from the projection's output and the keys and values where the caches hold them (no
+  per-head copies, no gather of the cache into one block per step);
+- `add_layer_norm_`: x <- LayerNorm(x + y) (§3.1's post-LN block in eval), in place.
+Same formulas as `decoding_step`'s torch path (scores scaled, then masked; softmax; biased
+variance), results equal to float32 rounding; tests/test_decoding_kernels.py holds them to it and
+the search to fairseq's. Float32 on CPU only; bfloat16 and other devices take the torch path, as
+do all steps where the C compiler is missing or the build fails (`c_library`; one log line).
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from .c_library import compile_c_library
+
+logger = logging.getLogger(__name__)
+
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "decoding_kernels.c")
+_library = None
+_tried = False
+
+
+def available() -> bool:
+    """Whether the kernels are built (building them on the first call)."""
+    global _library, _tried
+    if not _tried:
+        _tried = True
+        _library, why = compile_c_library(_SOURCE)
+        if _library is None:
+            logger.warning("decoding kernels not built (%s): the decoding step stays on torch's operations", why)
+        else:
+            _library.grouped_attention.restype = _library.add_layer_norm.restype = None
+            _library.grouped_attention.argtypes = [
+                ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
+                ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                ctypes.c_long, ctypes.c_long, ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
+            _library.add_layer_norm.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                                ctypes.c_long, ctypes.c_long, ctypes.c_float, ctypes.c_int]
+    return _library is not None
+
+
+def takes(x: Tensor) -> bool:
+    """Whether a step on activations like `x` runs on the kernels."""
+    return x.dtype == torch.float32 and x.device.type == "cpu" and available()
+
+
+def grouped_attention(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], scale: float) -> Tensor:
+    """Eq. 1 per sentence and head: q [N g, >= H d_k] (g query rows per sentence; a row's first H d_k
+    columns, head-major, are its queries: a view of a projection's output is fine); k, v [N, H, S, d_k]
+    (views of caches: d_k contiguous, keys d_k apart, the same strides for both); bias [N H, g or 1, S]
+    with S contiguous, or None -> out [N g, H d_k], heads side by side as the out-projection takes them."""
+    n, heads, length, d_k = k.shape
+    assert q.stride(1) == 1 and k.stride()[2:] == (d_k, 1) and v.stride() == k.stride() and k.dtype == torch.float32
+    out = q.new_empty(q.size(0), heads * d_k)
+    if bias is not None:
+        assert bias.stride(2) == 1 and bias.size(0) == n * heads and bias.size(2) == length
+    _library.grouped_attention(
+        q.data_ptr(), q.stride(0), k.data_ptr(), v.data_ptr(), k.stride(0), k.stride(1), length,
+        None if bias is None else bias.data_ptr(), 0 if bias is None else bias.stride(0),
+        0 if bias is None or bias.size(1) == 1 else bias.stride(1), n, q.size(0) // n, heads, d_k, scale,
+        out.data_ptr(), torch.get_num_threads())
+    return out
+
+
+def add_layer_norm_(x: Tensor, y: Tensor, norm: nn.LayerNorm) -> Tensor:
+    """x <- norm(x + y), in place; x, y [rows, d] contiguous float32 -> x."""
+    assert x.is_contiguous() and y.is_contiguous() and x.shape == y.shape
+    _library.add_layer_norm(x.data_ptr(), y.data_ptr(), norm.weight.data_ptr(), norm.bias.data_ptr(), x.size(0),
+                            x.size(1), norm.eps, torch.get_num_threads())
+    return x
