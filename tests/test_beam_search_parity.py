@@ -17,7 +17,7 @@ from helpers import same_weight_pair
 from vaswani_plugin.errors import ConfigError
 from vaswani_plugin.models import beam_search
 from vaswani_plugin.models.beam_search import VaswaniBeamSearch, top_candidates
-from vaswani_plugin.modules import few_rows_linear, onednn_linear
+from vaswani_plugin.modules import decoding_kernels, few_rows_linear, onednn_linear
 from vaswani_plugin.modules.onednn_linear import use_onednn_linears_
 
 FLAGS = ["--encoder-layers", "2", "--decoder-layers", "2", "--d-model", "32", "--d-ff", "64", "--attention-heads", "4",
@@ -125,13 +125,17 @@ def test_prefix_tokens_are_handed_to_fairseqs_generator(model_and_batch):
     assert all(h["tokens"][:2].tolist() == [d.nspecial + 3] * 2 for hyps in ours for h in hyps)
 
 
+@pytest.mark.parametrize("path", ["C kernel", "blocks"])
 @pytest.mark.parametrize("vocab", [7800, 1024, 1040])  # 1024: only whole blocks of 128; the others a short last one
 @pytest.mark.parametrize("group", [1, 4])
 @pytest.mark.parametrize("with_scores", [False, True])
-def test_candidates_from_the_best_blocks_are_the_top_k_of_every_sum(vocab, group, with_scores, monkeypatch):
-    """`top_candidates` against torch.topk over all of (lprobs + cumulative score), fairseq's way.
-    These few rows would take fairseq's one top-k (`_ONE_PASS`), which the searches' parity tests
-    here go through: the blocks are made to run."""
+def test_candidates_from_the_best_blocks_are_the_top_k_of_every_sum(vocab, group, with_scores, path, monkeypatch):
+    """`top_candidates` against torch.topk over all of (lprobs + cumulative score), fairseq's way, on
+    decoding_kernels' one pass (float32 on CPU, where it builds) and on torch's blocks. These few rows
+    would take fairseq's one top-k (`_ONE_PASS`): the blocks are made to run."""
+    if path == "C kernel" and not decoding_kernels.available():
+        pytest.skip("the decoding kernels are not built here (no C compiler)")
+    monkeypatch.setattr(decoding_kernels, "takes", lambda x: path == "C kernel")
     monkeypatch.setattr(beam_search, "_ONE_PASS", 0)
     g = torch.Generator().manual_seed(vocab + group)
     live, c = 6, 8
@@ -145,3 +149,21 @@ def test_candidates_from_the_best_blocks_are_the_top_k_of_every_sum(vocab, group
     scores, indices = top_candidates(lprobs, offsets, group, c)
     assert torch.equal(indices, expected.indices)
     assert torch.equal(scores, expected.values)  # the same float sums
+
+
+@pytest.mark.skipif(not decoding_kernels.available(), reason="the decoding kernels are not built here")
+def test_the_candidate_kernel_keeps_equal_scores_in_index_order_and_fills_with_minus_infinity():
+    """Hand-worked: sentence 0's rows hold 0.5 at tokens 2 and 5 of row 0 and token 1 of row 1 (all
+    equal: index order, 2, 5, 7 with V = 6), then -1 at row 1 token 0 (index 6); sentence 1 has
+    three finite sums only, so its last candidate is a -inf one, the first in index order."""
+    inf = float("-inf")
+    lprobs = torch.tensor([[inf, -3.0, 0.5, -2.0, inf, 0.5],
+                           [-1.0, 0.5, inf, inf, -4.0, inf],
+                           [inf, -0.5, inf, inf, inf, inf],
+                           [inf, inf, -0.25, inf, inf, -0.75]])
+    values, indices = decoding_kernels.top_candidates(lprobs, None, 2, 4)
+    assert indices.tolist() == [[2, 5, 7, 6], [8, 1, 11, 0]]
+    assert values.tolist() == [[0.5, 0.5, 0.5, -1.0], [-0.25, -0.5, -0.75, inf]]
+    offsets = torch.tensor([[0.0], [0.25], [1.0], [0.0]])  # row 1's sums rise above row 0's
+    values, indices = decoding_kernels.top_candidates(lprobs, offsets, 2, 2)
+    assert indices.tolist() == [[7, 2]] + [[1, 8]] and values.tolist() == [[0.75, 0.5], [0.5, -0.25]]

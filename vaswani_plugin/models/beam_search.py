@@ -15,8 +15,9 @@ itself, ...). `VaswaniBeamSearch` runs fairseq's search, hypothesis for hypothes
   each query masked to its own ancestors': a step moves [rows, steps x beam] booleans, not every
   layer's [rows, H, steps, d_k] K and V); they shrink only when sentences finish; only the filled
   columns of the token and score buffers move, into preallocated spares;
-- the 2 x beam candidates come from the best 128-token blocks (`top_candidates`), without adding
-  the scores to all of [rows, V] and sorting it;
+- the 2 x beam candidates come from one pass of a C kernel that keeps the best so far and skips
+  what cannot enter (`modules.decoding_kernels`; float32 on CPU), else from the best 128-token
+  blocks (`top_candidates`), without adding the scores to all of [rows, V] and sorting it;
 - finished hypotheses are collected by tensor ops, without a Python loop per hypothesis, and
   finished sentences leave the batch, as in fairseq;
 - no NaN guard over the log-probabilities (a model that gives NaN is broken either way), and no
@@ -42,6 +43,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from ..modules import decoding_kernels
 from ..modules.attention_cache import BeamAncestry
 from ..modules.decoding_step import BeamDecodingStep
 
@@ -60,7 +62,11 @@ def top_candidates(lprobs: Tensor, offsets: Optional[Tensor], group: int, c: int
     equal scores, without adding to or sorting all of [rows, V]: first the maximum of every block of
     128 tokens, then the tokens of the c best blocks only. The c best candidates lie in those blocks:
     a block left out has c blocks at least as good above it, each holding a candidate as good as
-    anything in it. The candidates' scores are the same float sums as fairseq's."""
+    anything in it. The candidates' scores are the same float sums as fairseq's. Float32 on CPU takes
+    decoding_kernels' one pass instead (4 x 7,800 sums: 8 us against 64 us, 256 x 7,800: 0.42 ms
+    against 0.77 ms; Zen 4, one thread)."""
+    if decoding_kernels.takes(lprobs):
+        return decoding_kernels.top_candidates(lprobs, offsets, group, c)
     rows, vocab = lprobs.shape
     live, full = rows // group, vocab // _BLOCK
     if full < c or rows * vocab <= _ONE_PASS:  # a small vocabulary or a few rows: one pass

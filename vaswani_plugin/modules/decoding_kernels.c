@@ -84,3 +84,57 @@ void add_layer_norm(float *x, const float *a, const float *gamma, const float *b
             xr[i] = (xr[i] - m) * rstd * gamma[i] + beta[i];
     }
 }
+
+/* top_candidates: for each of `live` sentences, the c best of its g rows' log-probabilities plus the
+ * row's score (lprobs [live g, V] row-major; offsets [live g] or NULL: 0), as torch.topk over the
+ * sentence's g V sums: values best first, indices into g V, equal values in index order. Each sum is
+ * one float addition, as torch's lprobs + offsets. A chunk of 16 sums none of which beats the c-th
+ * best so far is passed over after one vector maximum. c <= g V. */
+#define CHUNK 16
+
+static inline void insert(float *best, long *at, long c, float value, long index) {
+    long i = c - 1;  /* best[c - 1] < value: it leaves; the new one goes after every value >= it */
+    while (i > 0 && best[i - 1] < value) {
+        best[i] = best[i - 1];
+        at[i] = at[i - 1];
+        --i;
+    }
+    best[i] = value;
+    at[i] = index;
+}
+
+void top_candidates(const float *lprobs, const float *offsets, long live, long g, long V, long c, float *values,
+                    long *indices, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && live > 1)
+    for (long n = 0; n < live; ++n) {
+        float *best = values + n * c;
+        long *at = indices + n * c, filled = 0;
+        for (long j = 0; j < g; ++j) {
+            const float *row = lprobs + (n * g + j) * V;
+            float offset = offsets ? offsets[n * g + j] : 0.0f;
+            long t = 0;
+            for (; t < V && filled < c; ++t) {  /* the first c sums, kept sorted (index order on ties) */
+                best[filled] = -INFINITY;
+                at[filled] = 0;
+                ++filled;
+                insert(best, at, filled, offsets ? row[t] + offset : row[t], j * V + t);
+            }
+            for (; t < V; t += CHUNK) {
+                long end = t + CHUNK < V ? t + CHUNK : V;
+                float top = -INFINITY;
+#pragma omp simd reduction(max : top)
+                for (long u = t; u < end; ++u) {
+                    float sum = offsets ? row[u] + offset : row[u];
+                    top = sum > top ? sum : top;
+                }
+                if (!(top > best[c - 1]))
+                    continue;
+                for (long u = t; u < end; ++u) {
+                    float sum = offsets ? row[u] + offset : row[u];
+                    if (sum > best[c - 1])
+                        insert(best, at, c, sum, j * V + u);
+                }
+            }
+        }
+    }
+}
