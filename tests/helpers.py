@@ -135,3 +135,16 @@ def random_parser(root, model_flags, scheme="vinyals", reverse_source=False):
     dataset = task.dataset("test")
     sample = dataset.collater([dataset[i] for i in range(len(dataset))])
     return task, model, sample, read_treebank(trees["test"]), data
+
+
+def record_kernel_rows(monkeypatch, record):
+    """Every product the few-row kernel (modules/few_rows_linear) makes calls record(x2) first."""
+    from vaswani_plugin.modules import few_rows_linear
+
+    real = few_rows_linear.bound_product
+
+    def recording(*args):
+        call = real(*args)
+        return lambda x2: record(x2) or call(x2)
+
+    monkeypatch.setattr(few_rows_linear, "bound_product", recording)

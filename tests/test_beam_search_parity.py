@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import make_dictionary
 from fairseq.sequence_generator import SequenceGenerator
-from helpers import same_weight_pair
+from helpers import record_kernel_rows, same_weight_pair
 
 from vaswani_plugin.errors import ConfigError
 from vaswani_plugin.models import beam_search
@@ -92,8 +92,7 @@ def test_packed_weights_as_fairseq_generate_has_them(model_and_batch, monkeypatc
     model, d, sample = model_and_batch
     packed = use_onednn_linears_(copy.deepcopy(model), pack=True)
     kernel_rows = []
-    real = few_rows_linear.product
-    monkeypatch.setattr(few_rows_linear, "product", lambda x2, *args: kernel_rows.append(x2.size(0)) or real(x2, *args))
+    record_kernel_rows(monkeypatch, lambda x2: kernel_rows.append(x2.size(0)))
     part = {"net_input": {name: t[:sentences] for name, t in sample["net_input"].items()}}
     options = dict(beam_size=4, len_penalty=0.6, max_len_b=10)
     ours = VaswaniBeamSearch([packed], d, **options).generate([packed], part)

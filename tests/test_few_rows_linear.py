@@ -10,11 +10,13 @@ import shutil
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import record_kernel_rows
 
 from vaswani_plugin.modules import few_rows_linear, onednn_linear
 
 has_compiler = shutil.which("cc") is not None
 needs_kernel = pytest.mark.skipif(not has_compiler, reason="no C compiler (cc) to build the kernel")
+
 
 
 @needs_kernel
@@ -50,8 +52,7 @@ def test_decoding_products_take_the_kernel_up_to_max_rows_and_follow_a_changed_w
     lin = torch.nn.Linear(32, 40)
     onednn_linear.use_onednn_linears_(lin, pack=True)
     used = []
-    real = few_rows_linear.product
-    monkeypatch.setattr(few_rows_linear, "product", lambda *args: used.append(args[0].size(0)) or real(*args))
+    record_kernel_rows(monkeypatch, lambda x2: used.append(x2.size(0)))
     product = onednn_linear.decoding_product(lin)
     with torch.inference_mode():
         for rows in (1, 4, 8, 9, 64):
@@ -59,8 +60,10 @@ def test_decoding_products_take_the_kernel_up_to_max_rows_and_follow_a_changed_w
             torch.testing.assert_close(product(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
         assert used == ([1, 4, 8, 9, 64] if every_row_count else [1, 4, 8])
         lin.weight.mul_(-2.0)  # load_state_dict and in-place ops on the parameter: the panels are re-made
-        x = torch.randn(4, 32)
+        x = torch.randn(4, 32)  # for the next search, which asks decoding_product again
+        product = onednn_linear.decoding_product(lin)
         torch.testing.assert_close(product(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)  # and linear()
     assert set(lin.packed.copies) == ({"panels"} if every_row_count else {"panels", "oneDNN"})
 
 
@@ -93,8 +96,7 @@ def test_a_packed_bfloat16_layer_takes_the_bfloat16_kernel_where_the_cpu_has_avx
     if not few_rows_linear.supports(torch.bfloat16, 64):
         pytest.skip("no AVX-512 bf16 here: bfloat16 products stay on F.linear")
     used = []
-    real = few_rows_linear.product
-    monkeypatch.setattr(few_rows_linear, "product", lambda x2, *args: used.append(x2.dtype) or real(x2, *args))
+    record_kernel_rows(monkeypatch, lambda x2: used.append(x2.dtype))
     g = torch.Generator().manual_seed(1)
     for in_features, out_features in ((64, 40), (1024, 17), (7, 24)):
         lin = onednn_linear.use_onednn_linears_(torch.nn.Linear(in_features, out_features), pack=True).bfloat16()

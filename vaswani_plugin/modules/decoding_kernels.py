@@ -7,7 +7,8 @@ a time. `decoding_kernels.c` does the same maths in two calls:
 - `grouped_attention`: Eq. 1 for every sentence's hypotheses and every head at once, reading the
   queries from the projection's output and the keys and values where the caches hold them (no
   per-head copies, no gather of the cache into one block per step);
-- `add_layer_norm_`: x <- LayerNorm(x + y) (§3.1's post-LN block in eval), in place;
+- `add_layer_norm_`: x <- LayerNorm(x + y) (§3.1's post-LN block in eval), in place
+  (`bound_add_layer_norm`: the same bound to one norm for a search's steps);
 - `top_candidates`: the beam search's 2 x beam candidates per sentence, the top-k of the rows'
   log-probabilities plus their scores, in one pass that skips what cannot enter (torch.topk over
   4 x 7,800 sums took 61 us a step at batch 1).
@@ -21,7 +22,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -83,10 +84,21 @@ def grouped_attention(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], s
 
 def add_layer_norm_(x: Tensor, y: Tensor, norm: nn.LayerNorm) -> Tensor:
     """x <- norm(x + y), in place; x, y [rows, d] contiguous float32 -> x."""
-    assert x.is_contiguous() and y.is_contiguous() and x.shape == y.shape
-    _library.add_layer_norm(x.data_ptr(), y.data_ptr(), norm.weight.data_ptr(), norm.bias.data_ptr(), x.size(0),
-                            x.size(1), norm.eps, torch.get_num_threads())
-    return x
+    return bound_add_layer_norm(norm)(x, y)
+
+
+def bound_add_layer_norm(norm: nn.LayerNorm) -> Callable[[Tensor, Tensor], Tensor]:
+    """`add_layer_norm_` with the norm's parameters and torch's thread count read once, for the steps of
+    one search (reading them every call cost twice the call itself)."""
+    function, threads = _library.add_layer_norm, torch.get_num_threads()
+    gain, bias, eps, d = norm.weight.data_ptr(), norm.bias.data_ptr(), norm.eps, norm.weight.numel()
+
+    def call(x: Tensor, y: Tensor) -> Tensor:
+        assert x.is_contiguous() and y.is_contiguous() and x.shape == y.shape and x.size(1) == d
+        function(x.data_ptr(), y.data_ptr(), gain, bias, x.size(0), d, eps, threads)
+        return x
+
+    return call
 
 
 def top_candidates(lprobs: Tensor, offsets: Optional[Tensor], group: int, c: int) -> Tuple[Tensor, Tensor]:

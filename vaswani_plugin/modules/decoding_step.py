@@ -13,7 +13,7 @@ than the modules' general forward, between whose GEMMs a step spent most of its 
 - the self-attention's K and V never move (`BeamSelfAttentionCache`), and the encoder-decoder K/V
   are projected once per sentence;
 - in float32 on CPU, each attention (every sentence and head) and each post-LN residual close is
-  one call of a C kernel (`decoding_kernels`; `_attend` and `_close` hold the torch path beside it).
+  one call of a C kernel (`decoding_kernels`; `_attend` and `_LayerCalls.closes` are the torch path).
 Every source sentence has at least one real token (fairseq appends EOS), so no query is blind.
 `tests/test_decoding_speedups.py` holds it equal to the modules' full forward over each
 hypothesis's history; the beam-search parity tests hold the search equal to fairseq's.
@@ -49,26 +49,26 @@ class _LayerCalls(NamedTuple):
     self_open: Callable[[Tensor], Tensor]
     qkv: Callable[[Tensor], Tensor]
     self_out: Callable[[Tensor], Tensor]
-    self_close: Callable[[Tensor, Tensor], Tensor]
     cross_open: Callable[[Tensor], Tensor]
     cross_q: Callable[[Tensor], Tensor]
     cross_out: Callable[[Tensor], Tensor]
-    cross_close: Callable[[Tensor, Tensor], Tensor]
     ffn_open: Callable[[Tensor], Tensor]
     fc1: Callable[[Tensor], Tensor]
     fc2: Callable[[Tensor], Tensor]
-    ffn_close: Callable[[Tensor, Tensor], Tensor]
-    norms: Tuple[Optional[nn.LayerNorm], ...]  # the three blocks' LayerNorm where it closes them (post-LN)
+    closes: Tuple[Callable[[Tensor, Tensor], Tensor], ...]  # the three blocks' `close(x, sublayer output)`
+    kernel_closes: Tuple[Callable[[Tensor, Tensor], Tensor], ...]  # the same, post-LN ones by the C kernel
 
     @classmethod
     def of(cls, layer: nn.Module) -> "_LayerCalls":
         attn, cross, ffn = layer.self_attn, layer.cross_attn, layer.ffn
         blocks = (layer.self_attn_block, layer.cross_attn_block, layer.ffn_block)
+        closes = tuple(block.close for block in blocks)
+        kernel_closes = tuple(decoding_kernels.bound_add_layer_norm(block.norm)
+                              if decoding_kernels.available() and not block.normalize_before else block.close
+                              for block in blocks)
         return cls(layer.self_attn_block.open, decoding_product(attn.qkv_proj), decoding_product(attn.out_proj),
-                   layer.self_attn_block.close, layer.cross_attn_block.open, decoding_product(cross.q_proj),
-                   decoding_product(cross.out_proj), layer.cross_attn_block.close, layer.ffn_block.open,
-                   decoding_product(ffn.fc1), decoding_product(ffn.fc2), layer.ffn_block.close,
-                   tuple(None if block.normalize_before else block.norm for block in blocks))
+                   layer.cross_attn_block.open, decoding_product(cross.q_proj), decoding_product(cross.out_proj),
+                   layer.ffn_block.open, decoding_product(ffn.fc1), decoding_product(ffn.fc2), closes, kernel_closes)
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], scale: float) -> Tensor:
@@ -132,18 +132,18 @@ class BeamDecodingStep:
         kernels = decoding_kernels.takes(x)
         self_bias = self.ancestry.bias(heads, x.dtype)  # [N * H, group, steps x beam]
         for calls, cache, (memory_k, memory_v) in zip(self.calls, self.self_kv, self.memory_kv):
-            self_norm, cross_norm, ffn_norm = calls.norms if kernels else (None, None, None)
+            self_close, cross_close, ffn_close = calls.kernel_closes if kernels else calls.closes
             # masked self-attention: this step's K, V join the sentence's; each query sees its ancestors'
             qkv = calls.qkv(calls.self_open(x))  # [rows, 3d]: q, k, v side by side, heads inside each
             k, v = (qkv[:, i * d:(i + 1) * d].view(n, -1, heads, d // heads).transpose(1, 2) for i in (1, 2))
             keys, values = cache.append(k, v)  # 2 x [N, H, steps x beam, d_k]
             out = self._attend(qkv, keys, values, self_bias, n, kernels)  # [rows, d]
-            x = self._close(x, calls.self_out(out), calls.self_close, self_norm)
+            x = self_close(x, calls.self_out(out))
             # encoder-decoder attention
             out = self._attend(calls.cross_q(calls.cross_open(x)), memory_k, memory_v, self.memory_bias, n, kernels)
-            x = self._close(x, calls.cross_out(out), calls.cross_close, cross_norm)
+            x = cross_close(x, calls.cross_out(out))
             # position-wise feed-forward (Eq. 2)
-            x = self._close(x, calls.fc2(calls.fc1(calls.ffn_open(x)).relu_()), calls.ffn_close, ffn_norm)
+            x = ffn_close(x, calls.fc2(calls.fc1(calls.ffn_open(x)).relu_()))
         if self.final_norm is not None:
             x = self.final_norm(x)
         return self.output_layer(x)  # [rows, V]
@@ -156,9 +156,3 @@ class BeamDecodingStep:
         d = keys.size(1) * keys.size(3)
         out = _attend(_per_head(q[:, :d], n, self.heads), keys.flatten(0, 1), values.flatten(0, 1), bias, self.scale)
         return _per_row(out, n)
-
-    @staticmethod
-    def _close(x: Tensor, y: Tensor, close: Callable[[Tensor, Tensor], Tensor], norm: Optional[nn.LayerNorm]) -> Tensor:
-        """A residual block's end: LayerNorm(x + y) in place by the C kernel where `norm` is given, else
-        the block's own `close`."""
-        return decoding_kernels.add_layer_norm_(x, y, norm) if norm is not None else close(x, y)

@@ -317,8 +317,11 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
 def _kernel_takes(rows: int, weight: Tensor) -> bool:
     """A packed product of `rows` rows takes the few-row kernel (up to `few_rows_linear.MAX_ROWS` rows,
     or any number: `KERNEL_FOR_EVERY_ROW_COUNT`) where it is built for the weight's dtype."""
-    few_rows = KERNEL_FOR_EVERY_ROW_COUNT or rows <= few_rows_linear.MAX_ROWS
-    return few_rows and few_rows_linear.supports(weight.dtype, weight.size(1))
+    return _kernel_rows(rows) and few_rows_linear.supports(weight.dtype, weight.size(1))
+
+
+def _kernel_rows(rows: int) -> bool:
+    return KERNEL_FOR_EVERY_ROW_COUNT or rows <= few_rows_linear.MAX_ROWS
 
 
 def _product(x2: Tensor, weight: Tensor, bias: Tensor | None, packed: PackedWeight | None) -> Tensor:
@@ -346,7 +349,9 @@ def decoding_product(layer: nn.Module) -> Callable[[Tensor], Tensor]:
     about as much as a product of a few rows, are made here once: a packed float32 CPU
     `OneDNNLinear` becomes `_product` on its weight. Any other layer is its own `forward`, and one
     that a forward hook would see (its own, or one set for every module) stays the module: hooks
-    registered later are seen from the next call of this function on."""
+    registered later are seen from the next call of this function on. The few-row kernel's panels
+    and torch's thread count are read here too (`few_rows_linear.bound_product`): a weight changed
+    in place, or a new thread count, is seen from the next call of this function on."""
     hooked = (layer._forward_hooks or layer._forward_pre_hooks or _global_forward_hooks
               or _global_forward_pre_hooks)
     if hooked:
@@ -354,9 +359,14 @@ def decoding_product(layer: nn.Module) -> Callable[[Tensor], Tensor]:
     if not isinstance(layer, OneDNNLinear) or layer.packed is None or not _cpu_fp32(layer.weight):
         return layer.forward
     weight, bias, packed = layer.weight, layer.bias, layer.packed
+    # The kernel's panels, bound once for the calls that take it (a search's weights stay put).
+    kernel = (few_rows_linear.bound_product(packed.panels(weight), bias, weight.size(0))
+              if few_rows_linear.supports(weight.dtype, weight.size(1)) else None)
 
     def product(x2: Tensor) -> Tensor:
         if _AVAILABLE and x2.dtype == torch.float32 and not torch.is_grad_enabled():
+            if kernel is not None and _kernel_rows(x2.size(0)):
+                return kernel(x2)
             try:
                 return _product(x2, weight, bias, packed)
             except _Unusable:
