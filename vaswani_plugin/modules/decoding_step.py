@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention_cache import BeamAncestry, BeamSelfAttentionCache
 from . import decoding_kernels
+from .attention_cache import BeamAncestry, BeamSelfAttentionCache
 from .attention_kernels import softmax_lastdim
 from .onednn_linear import decoding_product
 
