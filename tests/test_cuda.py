@@ -33,21 +33,20 @@ def _norm_error(x, reference):
     return (x - reference).norm().item()
 
 
-def fused_and_math_errors(dtype, padded, device="cuda"):
+def fused_and_math_errors(dtype, padded):
     """Loss and gradients of a small model through the fused SDPA kernel alone and through the math
     backend, both in `dtype`, each as its distance from the same model in float64 (math backend)."""
     task = FakeTask(make_dictionary(60))
     model = build_from_cli("vaswani_transformer", task, "--encoder-layers", "2", "--decoder-layers", "2",
                            "--d-model", "64", "--d-ff", "128", "--attention-heads", "4", "--dropout", "0")
-    model = model.to(device).train()
+    model = model.cuda().train()
     args = train_step.parse_args(["--quick", "--vocab", "64", "--seq-len", "12"])
     sample, _ = train_step.batch(args, task.source_dictionary, seed=0)
     if not padded:
         keep = sample["net_input"]["src_tokens"].ne(1).all(1) & sample["target"].ne(1).all(1)
         sample = {"target": sample["target"][keep], "net_input": {k: v[keep] for k, v in sample["net_input"].items()}}
         assert len(sample["target"]) > 0
-    sample = {"target": sample["target"].to(device),
-              "net_input": {k: v.to(device) for k, v in sample["net_input"].items()}}
+    sample = {"target": sample["target"].cuda(), "net_input": {k: v.cuda() for k, v in sample["net_input"].items()}}
     with sdpa_kernel([SDPBackend.MATH]):
         ref_loss, ref_grads = _loss_and_grads(model.double(), sample)
     model = model.to(dtype)

@@ -78,7 +78,7 @@ def test_add_layer_norm_equals_layer_norm_of_the_sum_in_float64(rows, d):
         norm.weight.copy_(torch.rand(d, generator=g) + 0.5)
         norm.bias.copy_(torch.randn(d, generator=g))
     expected = F.layer_norm((x + y).double(), (d,), norm.weight.double(), norm.bias.double(), norm.eps)
-    out = decoding_kernels.add_layer_norm_(x, y, norm)
+    out = decoding_kernels.bound_add_layer_norm(norm)(x, y)
     assert out is x  # in place
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
 

@@ -7,8 +7,7 @@ a time. `decoding_kernels.c` does the same maths in two calls:
 - `grouped_attention`: Eq. 1 for every sentence's hypotheses and every head at once, reading the
   queries from the projection's output and the keys and values where the caches hold them (no
   per-head copies, no gather of the cache into one block per step);
-- `add_layer_norm_`: x <- LayerNorm(x + y) (§3.1's post-LN block in eval), in place
-  (`bound_add_layer_norm`: the same bound to one norm for a search's steps);
+- `bound_add_layer_norm(norm)`: x <- LayerNorm(x + y) (§3.1's post-LN block in eval), in place;
 - `top_candidates`: the beam search's 2 x beam candidates per sentence, the top-k of the rows'
   log-probabilities plus their scores, in one pass that skips what cannot enter (torch.topk over
   4 x 7,800 sums took 61 us a step at batch 1).
@@ -82,14 +81,10 @@ def grouped_attention(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], s
     return out
 
 
-def add_layer_norm_(x: Tensor, y: Tensor, norm: nn.LayerNorm) -> Tensor:
-    """x <- norm(x + y), in place; x, y [rows, d] contiguous float32 -> x."""
-    return bound_add_layer_norm(norm)(x, y)
-
-
 def bound_add_layer_norm(norm: nn.LayerNorm) -> Callable[[Tensor, Tensor], Tensor]:
-    """`add_layer_norm_` with the norm's parameters and torch's thread count read once, for the steps of
-    one search (reading them every call cost twice the call itself)."""
+    """(x, y) -> x <- norm(x + y), in place (x, y [rows, d] contiguous float32), with the norm's
+    parameters and torch's thread count read once, for the steps of one search (reading them every
+    call cost twice the call itself)."""
     function, threads = _library.add_layer_norm, torch.get_num_threads()
     gain, bias, eps, d = norm.weight.data_ptr(), norm.bias.data_ptr(), norm.eps, norm.weight.numel()
 
