@@ -55,15 +55,18 @@ def test_grouped_attention_equals_eq1_in_float64(n, group, heads, d_k, length, m
 
 @needs_kernels
 def test_grouped_attention_hides_what_the_mask_hides():
-    """A hidden key with a huge score changes nothing: the output equals attention over the visible keys."""
+    """A hidden key changes nothing, whatever it holds: with a huge score (key 3), or NaN in its key and
+    value (key 1: a cache column not written yet), the output equals attention over the visible keys
+    (0 x NaN would be NaN: the kernel passes hidden keys over)."""
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 8, generator=g)
     k, v = torch.randn(1, 1, 5, 8, generator=g), torch.randn(1, 1, 5, 8, generator=g)
     k[0, 0, 3] = q[0] * 100  # key 3 would take all of row 0's weight
+    k[0, 0, 1], v[0, 0, 1] = float("nan"), float("nan")
     bias = torch.zeros(1, 2, 5)
-    bias[0, :, 3] = float("-inf")
+    bias[0, :, [1, 3]] = float("-inf")
     out = decoding_kernels.grouped_attention(q, k, v, bias, 1.0)
-    visible = [0, 1, 2, 4]
+    visible = [0, 2, 4]
     expected = _attention_in_float64(q, k[:, :, visible], v[:, :, visible], None, 1.0)
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-6)
 

@@ -6,6 +6,8 @@
  * added to the scaled scores where given (0 or -inf: the masks), is bias[(n H + h) b_head + j b_row + s].
  * out [N g, H dk] row-major. Each score is (q . k) scale, then + bias; softmax subtracts the row's
  * maximum, exponentiates, and divides by the sum; out is the weights' sum of the values, s in order.
+ * A key whose bias is -inf is passed over: its weight would be exp(-inf) = 0, so the sums are the same
+ * (at beam 4 the self-attention hides three keys in four: the other hypotheses' columns).
  * A row with every key hidden would be 0/0: the decoder never makes one (every source sentence has
  * a token, and every hypothesis sees itself).
  *
@@ -30,6 +32,10 @@ void grouped_attention(const float *q, long q_row, const float *k, const float *
                 const float *b = bias ? bias + nh * b_head + j * b_row : NULL;
                 float top = -INFINITY;
                 for (long s = 0; s < S; ++s) {
+                    if (b && b[s] == -INFINITY) {  /* hidden: its weight is exp(-inf) = 0 either way */
+                        w[s] = 0.0f;
+                        continue;
+                    }
                     const float *key = keys + s * dk;
                     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
@@ -43,6 +49,8 @@ void grouped_attention(const float *q, long q_row, const float *k, const float *
                 }
                 float sum = 0.0f;
                 for (long s = 0; s < S; ++s) {
+                    if (b && b[s] == -INFINITY)
+                        continue;
                     w[s] = expf(w[s] - top);
                     sum += w[s];
                 }
@@ -50,6 +58,8 @@ void grouped_attention(const float *q, long q_row, const float *k, const float *
                 for (long i = 0; i < dk; ++i)
                     o[i] = 0.0f;
                 for (long s = 0; s < S; ++s) {
+                    if (w[s] == 0.0f)  /* hidden, or too small to count: adding 0 x value changes nothing */
+                        continue;
                     float weight = w[s] / sum;
                     const float *value = values + s * dk;
 #pragma omp simd
