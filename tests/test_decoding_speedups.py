@@ -49,26 +49,39 @@ def test_self_attention_cache_follows_reorders_that_shrink_the_batch_and_outgrow
             torch.testing.assert_close(out, full[:, -1:], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kernels", [True, False], ids=["C kernels", "torch operations"])
+@pytest.mark.parametrize("path", ["C layers", "C kernels", "torch operations"])
 @pytest.mark.parametrize("normalize_before", [False, True])
-def test_beam_decoding_step_equals_the_layers_over_each_hypothesis_history(normalize_before, kernels, monkeypatch):
+def test_beam_decoding_step_equals_the_layers_over_each_hypothesis_history(normalize_before, path, monkeypatch):
     """The lean search's step (modules.decoding_step): one row per sentence at the first step, then 3
     hypotheses each continuing any hypothesis of its sentence; sentences leave; 20 steps outgrow the
     16-step capacity of the caches. Each row's logits must equal the modules' full forward over that
-    row's own tokens, against its own sentence's padded memory; on decoding_kernels' C kernels (where
-    they build) and on torch's operations."""
+    row's own tokens, against its own sentence's padded memory: with a post-LN layer a C call
+    (packed weights, as fairseq-generate has them; a pre-LN model takes the next path), with
+    decoding_kernels' C kernels call by call, and on torch's operations."""
+    kernels = path != "torch operations"
     if kernels and not decoding_kernels.available():
         pytest.skip("the decoding kernels are not built here (no C compiler)")
+    if path == "C layers" and not onednn_linear.few_rows_linear.kernel_available():
+        pytest.skip("the few-row kernel is not built here (no C compiler)")
     calls = []
     real_attention, real_norm = decoding_kernels.grouped_attention, decoding_kernels.bound_add_layer_norm
+    real_layer = decoding_kernels.bound_decoder_layer
     monkeypatch.setattr(decoding_kernels, "takes", lambda x: kernels)
     monkeypatch.setattr(decoding_kernels, "grouped_attention", lambda *a: calls.append("attention") or real_attention(*a))
     monkeypatch.setattr(decoding_kernels, "bound_add_layer_norm",
                         lambda norm: (lambda x, y, close=real_norm(norm): calls.append("norm") or close(x, y)))
+
+    def bound_layer(layer):
+        call = real_layer(layer)
+        return None if call is None else (lambda *a: calls.append("layer") or call(*a))
+
+    monkeypatch.setattr(decoding_kernels, "bound_decoder_layer", bound_layer)
     torch.manual_seed(0)
     d, heads, vocab, sentences, beam = 16, 4, 11, 4, 3
     embedding = ScaledEmbedding(torch.nn.Embedding(vocab, d, padding_idx=1))
     layers = torch.nn.ModuleList(DecoderLayer(d, heads, 32, 0.0, normalize_before=normalize_before) for _ in range(2))
+    if path == "C layers":
+        onednn_linear.use_onednn_linears_(layers, pack=True)
     final_norm = torch.nn.LayerNorm(d) if normalize_before else None
     for m in (embedding, layers, final_norm):
         if m is not None:
@@ -102,9 +115,12 @@ def test_beam_decoding_step_equals_the_layers_over_each_hypothesis_history(norma
             live, group = [live[i] for i in keep], beam
             tokens = torch.cat([tokens[parents], torch.randint(3, vocab, (parents.numel(), 1), generator=g)], 1)
     assert len(live) == 2 and step_fn.self_kv[0].k.size(2) > 16 * beam
-    # per step and layer: two attentions; three residual blocks closed in C where post-LN (the paper's)
-    assert calls.count("attention") == (20 * 2 * 2 if kernels else 0)
-    assert calls.count("norm") == (20 * 2 * 3 if kernels and not normalize_before else 0)
+    # per step and layer: one C call for a post-LN layer (the paper's) whose products take the kernel;
+    # else two attentions, and three residual blocks closed in C where post-LN
+    in_c = path == "C layers" and not normalize_before
+    assert calls.count("layer") == (20 * 2 if in_c else 0)
+    assert calls.count("attention") == (20 * 2 * 2 if kernels and not in_c else 0)
+    assert calls.count("norm") == (20 * 2 * 3 if kernels and not normalize_before and not in_c else 0)
 
 
 @pytest.mark.parametrize("hook_on", ["the layer", "every module"])

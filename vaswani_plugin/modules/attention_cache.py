@@ -138,18 +138,24 @@ class BeamSelfAttentionCache:
         """k, v [N, H, group, d_k] of the newest step -> the sentences' keys and values so far, 2 x
         [N, H, length x beam, d_k] (columns as in `BeamAncestry`): views of the cache, not copies."""
         n, h, group, d = k.shape
+        column = self.reserve(n, h, d, k)
+        self.k[:, :, column:column + group] = k
+        self.v[:, :, column:column + group] = v
+        return self.k[:, :, :self.filled], self.v[:, :, :self.filled]
+
+    def reserve(self, n: int, heads: int, d_k: int, like: Tensor) -> int:
+        """Room for the newest step (the cache made like `like`, or grown) -> the first of its columns,
+        where the caller writes its keys and values into `k` and `v`; `filled` counts them already."""
         beam, step = self.ancestry.beam, self.ancestry.length - 1
         if self.k is None:
-            self.k, self.v = k.new_empty(n, h, 16 * beam, d), v.new_empty(n, h, 16 * beam, d)
+            self.k, self.v = (like.new_empty(n, heads, 16 * beam, d_k) for _ in range(2))
             # The first step fills slot 0 only; the others stay masked, but 0 x garbage V could be NaN.
             self.k[:, :, 1:beam], self.v[:, :, 1:beam] = 0, 0
         elif (step + 1) * beam > self.k.size(2):  # double the capacity; new columns are written before read
             self.k = torch.cat([self.k, torch.empty_like(self.k)], dim=2)
             self.v = torch.cat([self.v, torch.empty_like(self.v)], dim=2)
-        self.k[:, :, step * beam:step * beam + group] = k
-        self.v[:, :, step * beam:step * beam + group] = v
         self.filled = (step + 1) * beam
-        return self.k[:, :, :self.filled], self.v[:, :, :self.filled]
+        return step * beam
 
     def keep_sentences(self, sentences: Tensor) -> None:
         """Only the K/V of `sentences` from now on, in that order."""

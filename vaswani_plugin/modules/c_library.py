@@ -18,15 +18,16 @@ from typing import Optional, Tuple
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 
 
-def compile_c_library(source: str) -> Tuple[Optional[ctypes.CDLL], str]:
-    """The C file `source` (a path) built and loaded -> (library, "") or (None, why it is not)."""
+def compile_c_library(source: str, *also: str) -> Tuple[Optional[ctypes.CDLL], str]:
+    """The C file `source` (a path), with the files `also` whose functions it calls, built into one
+    library and loaded -> (library, "") or (None, why it is not)."""
     compiler = os.environ.get("CC", "cc")
     if shutil.which(compiler) is None:
         return None, f"no C compiler {compiler!r}; set CC"
     name = os.path.splitext(os.path.basename(source))[0]
     with tempfile.TemporaryDirectory(prefix=f"vaswani_{name}_") as build_dir:
         library = os.path.join(build_dir, f"{name}.so")
-        done = subprocess.run([compiler, *FLAGS, source, "-o", library], capture_output=True, text=True)
+        done = subprocess.run([compiler, *FLAGS, source, *also, "-o", library], capture_output=True, text=True)
         if done.returncode != 0:
             first_error = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip())
             return None, f"{compiler} {' '.join(FLAGS)} failed: {first_error[:200]}"

@@ -13,9 +13,18 @@
  *
  * add_layer_norm: x <- LayerNorm(x + a) gamma + beta row by row (§3.1's post-LN residual block, in
  * eval: no dropout), x and a [rows, d] row-major; mean and variance over the row in double, the
- * variance biased, as torch's layer_norm takes it. */
+ * variance biased, as torch's layer_norm takes it.
+ *
+ * decoder_layer: one post-LN decoder layer (§3.1-§3.3, eval) for the step's newest token of every row,
+ * x [N g, d] updated in place: the same products (few_rows_linear.c, built into this library), the
+ * same grouped_attention and add_layer_norm, in the order decoding_step.py calls them one by one,
+ * with the step's keys and values written into the self-attention cache between. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+
+void few_rows_linear(const float *x, long M, long K, const float *panels, const float *bias, long N, float *y,
+                     int threads);
 
 void grouped_attention(const float *q, long q_row, const float *k, const float *v, long k_sentence, long k_head,
                        long S, const float *bias, long b_head, long b_row, long N, long g, long H, long dk,
@@ -93,6 +102,57 @@ void add_layer_norm(float *x, const float *a, const float *gamma, const float *b
         for (long i = 0; i < d; ++i)
             xr[i] = (xr[i] - m) * rstd * gamma[i] + beta[i];
     }
+}
+
+/* A decoder layer's parameters, fixed for a search: each product's weight as few_rows_linear's panels
+ * and its bias (or NULL); the three residual blocks' LayerNorm gain, bias and eps. */
+struct layer_weights {
+    const float *qkv, *qkv_bias, *self_out, *self_out_bias, *cross_q, *cross_q_bias, *cross_out, *cross_out_bias;
+    const float *fc1, *fc1_bias, *fc2, *fc2_bias;
+    const float *gain[3], *beta[3];
+    float eps[3];
+    long d, heads, d_ff;
+};
+
+/* x [N g, d]; work: room for [N g, 3 d + 2 d + d_ff] floats. Self-attention cache: K and V with
+ * a sentence every cache_sentence floats and a head every cache_head, a key every d_k: this step's
+ * keys and values go to columns column .. column + g - 1, then the queries attend over the first
+ * `filled` columns under self_bias (as grouped_attention takes a bias: per head self_b_head, per row
+ * self_b_row). Encoder-decoder: memory K and V likewise, memory_length keys, memory_bias (one per
+ * sentence and head, shared by its rows; NULL: no padding). */
+void decoder_layer(const struct layer_weights *w, float *x, long N, long g, float *work, float *cache_k,
+                   float *cache_v, long cache_sentence, long cache_head, long column, long filled,
+                   const float *self_bias, long self_b_head, long self_b_row, const float *memory_k,
+                   const float *memory_v, long memory_sentence, long memory_head, long memory_length,
+                   const float *memory_bias, long memory_b_head, float scale, int threads) {
+    long rows = N * g, d = w->d, H = w->heads, dk = d / H;
+    float *qkv = work, *attended = qkv + rows * 3 * d, *projected = attended + rows * d,
+          *hidden = projected + rows * d;  /* [rows, 3d], [rows, d], [rows, d], [rows, d_ff] */
+    /* masked self-attention: this step's K, V join the sentence's; each query sees its ancestors' */
+    few_rows_linear(x, rows, d, w->qkv, w->qkv_bias, 3 * d, qkv, threads);
+    for (long r = 0; r < rows; ++r) {
+        long at = (r / g) * cache_sentence + (column + r % g) * dk;
+        for (long h = 0; h < H; ++h) {
+            memcpy(cache_k + at + h * cache_head, qkv + r * 3 * d + d + h * dk, dk * sizeof(float));
+            memcpy(cache_v + at + h * cache_head, qkv + r * 3 * d + 2 * d + h * dk, dk * sizeof(float));
+        }
+    }
+    grouped_attention(qkv, 3 * d, cache_k, cache_v, cache_sentence, cache_head, filled, self_bias, self_b_head,
+                      self_b_row, N, g, H, dk, scale, attended, threads);
+    few_rows_linear(attended, rows, d, w->self_out, w->self_out_bias, d, projected, threads);
+    add_layer_norm(x, projected, w->gain[0], w->beta[0], rows, d, w->eps[0], threads);
+    /* encoder-decoder attention (the queries in `projected` until the out-projection overwrites them) */
+    few_rows_linear(x, rows, d, w->cross_q, w->cross_q_bias, d, projected, threads);
+    grouped_attention(projected, d, memory_k, memory_v, memory_sentence, memory_head, memory_length, memory_bias,
+                      memory_b_head, 0, N, g, H, dk, scale, attended, threads);
+    few_rows_linear(attended, rows, d, w->cross_out, w->cross_out_bias, d, projected, threads);
+    add_layer_norm(x, projected, w->gain[1], w->beta[1], rows, d, w->eps[1], threads);
+    /* position-wise feed-forward (Eq. 2) */
+    few_rows_linear(x, rows, d, w->fc1, w->fc1_bias, w->d_ff, hidden, threads);
+    for (long i = 0; i < rows * w->d_ff; ++i)
+        hidden[i] = hidden[i] < 0.0f ? 0.0f : hidden[i];  /* max(0, .) of Eq. 2; NaN stays NaN, as in torch */
+    few_rows_linear(hidden, rows, w->d_ff, w->fc2, w->fc2_bias, d, projected, threads);
+    add_layer_norm(x, projected, w->gain[2], w->beta[2], rows, d, w->eps[2], threads);
 }
 
 /* top_candidates: for each of `live` sentences, the c best of its g rows' log-probabilities plus the

@@ -8,6 +8,11 @@ a time. `decoding_kernels.c` does the same maths in two calls:
   queries from the projection's output and the keys and values where the caches hold them (no
   per-head copies, no gather of the cache into one block per step);
 - `bound_add_layer_norm(norm)`: x <- LayerNorm(x + y) (§3.1's post-LN block in eval), in place;
+- `bound_decoder_layer(layer)`: a whole post-LN decoder layer for the step's newest token, the
+  calls above and its six products (the few-row kernel, `few_rows_linear.c`) in C one after the
+  other, the step's keys and values written into the cache between: one call a layer where the
+  step made eleven, and about 25 torch operations less (batch 1: each call and operation cost
+  microseconds of serial time that a second thread cannot share);
 - `top_candidates`: the beam search's 2 x beam candidates per sentence, the top-k of the rows'
   log-probabilities plus their scores, in one pass that skips what cannot enter (torch.topk over
   4 x 7,800 sums took 61 us a step at batch 1).
@@ -30,7 +35,8 @@ from .c_library import compile_c_library
 
 logger = logging.getLogger(__name__)
 
-_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "decoding_kernels.c")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SOURCES = (os.path.join(_HERE, "decoding_kernels.c"), os.path.join(_HERE, "few_rows_linear.c"))
 _library = None
 _tried = False
 
@@ -40,11 +46,12 @@ def available() -> bool:
     global _library, _tried
     if not _tried:
         _tried = True
-        _library, why = compile_c_library(_SOURCE)
+        _library, why = compile_c_library(*_SOURCES)
         if _library is None:
             logger.warning("decoding kernels not built (%s): the decoding step stays on torch's operations", why)
         else:
-            for function in (_library.grouped_attention, _library.add_layer_norm, _library.top_candidates):
+            for function in (_library.grouped_attention, _library.add_layer_norm, _library.top_candidates,
+                             _library.decoder_layer):
                 function.restype = None
             _library.grouped_attention.argtypes = [
                 ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
@@ -55,6 +62,11 @@ def available() -> bool:
             _library.top_candidates.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
                                                 ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p,
                                                 ctypes.c_int]
+            _library.decoder_layer.argtypes = [
+                ctypes.POINTER(_LayerWeights), ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
+                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long,
+                ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_float, ctypes.c_int]
     return _library is not None
 
 
@@ -91,6 +103,58 @@ def bound_add_layer_norm(norm: nn.LayerNorm) -> Callable[[Tensor, Tensor], Tenso
     def call(x: Tensor, y: Tensor) -> Tensor:
         assert x.is_contiguous() and y.is_contiguous() and x.shape == y.shape and x.size(1) == d
         function(x.data_ptr(), y.data_ptr(), gain, bias, x.size(0), d, eps, threads)
+        return x
+
+    return call
+
+
+class _LayerWeights(ctypes.Structure):
+    """decoding_kernels.c's `struct layer_weights`."""
+    _fields_ = ([(name, ctypes.c_void_p) for name in ("qkv", "qkv_bias", "self_out", "self_out_bias", "cross_q",
+                                                       "cross_q_bias", "cross_out", "cross_out_bias", "fc1",
+                                                       "fc1_bias", "fc2", "fc2_bias")]
+                + [("gain", ctypes.c_void_p * 3), ("beta", ctypes.c_void_p * 3), ("eps", ctypes.c_float * 3),
+                   ("d", ctypes.c_long), ("heads", ctypes.c_long), ("d_ff", ctypes.c_long)])
+
+
+def bound_decoder_layer(layer: nn.Module) -> Optional[Callable[..., Tensor]]:
+    """A post-LN `layers.DecoderLayer` in eval as one C call, its parameters and torch's thread count
+    read once (a search's weights stay put) -> call(x, n, g, work, cache_k, cache_v, column, filled,
+    self_bias, memory_k, memory_v, memory_bias) -> x, updated in place: x [n g, d] contiguous; work
+    contiguous with room for [n g, 5 d + d_ff]; cache_k, cache_v [N, H, capacity, d_k] (this step's
+    keys and values go to columns column .. column + g - 1, the queries attend over the first
+    `filled`); self_bias, memory_k, memory_v, memory_bias as `grouped_attention` takes them. None
+    where the layer does not fit: pre-LN, or a product that does not take the few-row kernel
+    (`onednn_linear.kernel_panels`: not packed, hooked, not float32 on CPU)."""
+    from .onednn_linear import kernel_panels  # (onednn_linear does not import this module)
+
+    attn, cross, ffn = layer.self_attn, layer.cross_attn, layer.ffn
+    blocks = (layer.self_attn_block, layer.cross_attn_block, layer.ffn_block)
+    products = (attn.qkv_proj, attn.out_proj, cross.q_proj, cross.out_proj, ffn.fc1, ffn.fc2)
+    panels = [kernel_panels(p) for p in products]
+    if not available() or any(b.normalize_before for b in blocks) or any(p is None for p in panels):
+        return None
+    pointers = []
+    for product, weight in zip(products, panels):
+        pointers += [weight.data_ptr(), None if product.bias is None else product.bias.data_ptr()]
+    d = attn.qkv_proj.in_features
+    norms = [b.norm for b in blocks]
+    weights = _LayerWeights(*pointers, (ctypes.c_void_p * 3)(*(n.weight.data_ptr() for n in norms)),
+                            (ctypes.c_void_p * 3)(*(n.bias.data_ptr() for n in norms)),
+                            (ctypes.c_float * 3)(*(n.eps for n in norms)), d, attn.num_heads, ffn.fc1.out_features)
+    kept = (weights, panels)  # alive as long as the call: the C side holds their addresses
+    function, threads, scale = _library.decoder_layer, torch.get_num_threads(), attn.head_dim ** -0.5
+
+    def call(x: Tensor, n: int, g: int, work: Tensor, cache_k: Tensor, cache_v: Tensor, column: int, filled: int,
+             self_bias: Tensor, memory_k: Tensor, memory_v: Tensor, memory_bias: Optional[Tensor]) -> Tensor:
+        assert x.is_contiguous() and work.is_contiguous() and cache_k.stride() == cache_v.stride()
+        assert memory_k.stride() == memory_v.stride() and self_bias.stride(2) == 1
+        function(kept[0], x.data_ptr(), n, g, work.data_ptr(), cache_k.data_ptr(), cache_v.data_ptr(),
+                 cache_k.stride(0), cache_k.stride(1), column, filled, self_bias.data_ptr(), self_bias.stride(0),
+                 self_bias.stride(1) if self_bias.size(1) > 1 else 0, memory_k.data_ptr(), memory_v.data_ptr(),
+                 memory_k.stride(0), memory_k.stride(1), memory_k.size(2),
+                 None if memory_bias is None else memory_bias.data_ptr(),
+                 0 if memory_bias is None else memory_bias.stride(0), scale, threads)
         return x
 
     return call

@@ -13,7 +13,9 @@ than the modules' general forward, between whose GEMMs a step spent most of its 
 - the self-attention's K and V never move (`BeamSelfAttentionCache`), and the encoder-decoder K/V
   are projected once per sentence;
 - in float32 on CPU, each attention (every sentence and head) and each post-LN residual close is
-  one call of a C kernel (`decoding_kernels`; `_attend` and `_LayerCalls.closes` are the torch path).
+  one call of a C kernel (`decoding_kernels`; `_attend` and `_LayerCalls.closes` are the torch path),
+  and where every product of a post-LN layer takes the few-row kernel, the whole layer is one
+  (`decoding_kernels.bound_decoder_layer`: the same calls in C, the loop below written out there).
 Every source sentence has at least one real token (fairseq appends EOS), so no query is blind.
 `tests/test_decoding_speedups.py` holds it equal to the modules' full forward over each
 hypothesis's history; the beam-search parity tests hold the search equal to fairseq's.
@@ -27,7 +29,7 @@ from torch import Tensor, nn
 from . import decoding_kernels
 from .attention_cache import BeamAncestry, BeamSelfAttentionCache
 from .attention_kernels import softmax_lastdim
-from .onednn_linear import decoding_product
+from .onednn_linear import decoding_product, kernel_rows
 
 
 def _per_head(x: Tensor, n: int, heads: int) -> Tensor:
@@ -94,6 +96,10 @@ class BeamDecodingStep:
         self.output_layer: Callable[[Tensor], Tensor] = decoder.output_layer
         self.ancestry = ancestry
         self.calls = [_LayerCalls.of(layer) for layer in layers]
+        in_c = [decoding_kernels.bound_decoder_layer(layer) for layer in layers]
+        self.layers_in_c = None if None in in_c else in_c  # one C call a layer, where all of them fit
+        self.work = None  # the C layers' scratch: [rows, 5 d + d_ff]
+        self.d_ff = layers[0].ffn.fc1.out_features
         attn = layers[0].self_attn
         self.heads, self.scale = attn.num_heads, attn.head_dim ** -0.5
         n, s, _ = memory.shape
@@ -131,6 +137,8 @@ class BeamDecodingStep:
         d = x.size(-1)
         kernels = decoding_kernels.takes(x)
         self_bias = self.ancestry.bias(heads, x.dtype)  # [N * H, group, steps x beam]
+        if kernels and self.layers_in_c is not None and kernel_rows(x.size(0)):
+            return self._finish(self._layers_in_c(x, n, self_bias))
         for calls, cache, (memory_k, memory_v) in zip(self.calls, self.self_kv, self.memory_kv):
             self_close, cross_close, ffn_close = calls.kernel_closes if kernels else calls.closes
             # masked self-attention: this step's K, V join the sentence's; each query sees its ancestors'
@@ -144,9 +152,26 @@ class BeamDecodingStep:
             x = cross_close(x, calls.cross_out(out))
             # position-wise feed-forward (Eq. 2)
             x = ffn_close(x, calls.fc2(calls.fc1(calls.ffn_open(x)).relu_()))
+        return self._finish(x)
+
+    def _finish(self, x: Tensor) -> Tensor:
+        """The last layer's output [rows, d] -> logits [rows, V]."""
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return self.output_layer(x)  # [rows, V]
+        return self.output_layer(x)
+
+    def _layers_in_c(self, x: Tensor, n: int, self_bias: Tensor) -> Tensor:
+        """The loop of `__call__`, a layer a C call (`decoding_kernels.bound_decoder_layer`): x [rows, d]
+        (a fresh tensor: it is updated in place) -> the last layer's output."""
+        rows, d = x.shape
+        size = rows * (5 * d + self.d_ff)
+        if self.work is None or self.work.numel() < size:
+            self.work = x.new_empty(size)
+        for layer, cache, (memory_k, memory_v) in zip(self.layers_in_c, self.self_kv, self.memory_kv):
+            column = cache.reserve(n, self.heads, d // self.heads, x)
+            layer(x, n, rows // n, self.work, cache.k, cache.v, column, cache.filled, self_bias, memory_k, memory_v,
+                  self.memory_bias)
+        return x
 
     def _attend(self, q: Tensor, keys: Tensor, values: Tensor, bias: Optional[Tensor], n: int, kernels: bool) -> Tensor:
         """q [rows, >= d] (a row's first d columns its queries), keys and values [N, H, S, d_k], bias as

@@ -317,10 +317,11 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
 def _kernel_takes(rows: int, weight: Tensor) -> bool:
     """A packed product of `rows` rows takes the few-row kernel (up to `few_rows_linear.MAX_ROWS` rows,
     or any number: `KERNEL_FOR_EVERY_ROW_COUNT`) where it is built for the weight's dtype."""
-    return _kernel_rows(rows) and few_rows_linear.supports(weight.dtype, weight.size(1))
+    return kernel_rows(rows) and few_rows_linear.supports(weight.dtype, weight.size(1))
 
 
-def _kernel_rows(rows: int) -> bool:
+def kernel_rows(rows: int) -> bool:
+    """Whether a packed product of `rows` rows takes the few-row kernel (where it takes the dtype)."""
     return KERNEL_FOR_EVERY_ROW_COUNT or rows <= few_rows_linear.MAX_ROWS
 
 
@@ -352,20 +353,18 @@ def decoding_product(layer: nn.Module) -> Callable[[Tensor], Tensor]:
     registered later are seen from the next call of this function on. The few-row kernel's panels
     and torch's thread count are read here too (`few_rows_linear.bound_product`): a weight changed
     in place, or a new thread count, is seen from the next call of this function on."""
-    hooked = (layer._forward_hooks or layer._forward_pre_hooks or _global_forward_hooks
-              or _global_forward_pre_hooks)
-    if hooked:
+    if _hooked(layer):
         return layer
     if not isinstance(layer, OneDNNLinear) or layer.packed is None or not _cpu_fp32(layer.weight):
         return layer.forward
     weight, bias, packed = layer.weight, layer.bias, layer.packed
     # The kernel's panels, bound once for the calls that take it (a search's weights stay put).
-    kernel = (few_rows_linear.bound_product(packed.panels(weight), bias, weight.size(0))
-              if few_rows_linear.supports(weight.dtype, weight.size(1)) else None)
+    panels = kernel_panels(layer)
+    kernel = None if panels is None else few_rows_linear.bound_product(panels, bias, weight.size(0))
 
     def product(x2: Tensor) -> Tensor:
         if _AVAILABLE and x2.dtype == torch.float32 and not torch.is_grad_enabled():
-            if kernel is not None and _kernel_rows(x2.size(0)):
+            if kernel is not None and kernel_rows(x2.size(0)):
                 return kernel(x2)
             try:
                 return _product(x2, weight, bias, packed)
@@ -374,6 +373,20 @@ def decoding_product(layer: nn.Module) -> Callable[[Tensor], Tensor]:
         return layer.forward(x2)
 
     return product
+
+
+def _hooked(layer: nn.Module) -> bool:
+    return bool(layer._forward_hooks or layer._forward_pre_hooks or _global_forward_hooks
+                or _global_forward_pre_hooks)
+
+
+def kernel_panels(layer: nn.Module) -> Tensor | None:
+    """The few-row kernel's panels of `layer`'s weight where `decoding_product` binds the kernel for
+    it (a packed float32 CPU `OneDNNLinear` without hooks, the kernel built), else None."""
+    if (_hooked(layer) or not isinstance(layer, OneDNNLinear) or layer.packed is None
+            or not _cpu_fp32(layer.weight) or not few_rows_linear.supports(layer.weight.dtype, layer.weight.size(1))):
+        return None
+    return layer.packed.panels(layer.weight)
 
 
 class OneDNNLinear(nn.Linear):
