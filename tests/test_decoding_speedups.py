@@ -123,6 +123,47 @@ def test_beam_decoding_step_equals_the_layers_over_each_hypothesis_history(norma
     assert calls.count("norm") == (20 * 2 * 3 if kernels and not normalize_before and not in_c else 0)
 
 
+@pytest.mark.parametrize("pack", [True, False], ids=["packed (one C call a layer)", "not packed"])
+def test_the_next_search_sees_weights_and_thread_counts_changed_since_the_last(pack):
+    """The step's bound calls are kept from one search to the next (decoding_step._bound_layers): a
+    weight changed in place, a state dict loaded, a new thread count must each reach the next search's
+    step. Its first step's logits are held to the layers' full forward after each change."""
+    torch.manual_seed(0)
+    d, heads, vocab = 16, 4, 11
+    embedding = ScaledEmbedding(torch.nn.Embedding(vocab, d, padding_idx=1)).eval()
+    layers = torch.nn.ModuleList(DecoderLayer(d, heads, 32, 0.0) for _ in range(2)).eval()
+    if pack:
+        use_onednn_linears_(layers, pack=True)
+    decoder = SimpleNamespace(embedding=embedding, layers=layers, final_norm=None,
+                              output_layer=lambda x: F.linear(x, embedding.embed_tokens.weight))
+    memory, bos = torch.randn(2, 5, d), torch.full((2, 1), 2)
+
+    def first_step():
+        return BeamDecodingStep(decoder, memory, None, BeamAncestry(2, 3))(bos[:, 0], 0)
+
+    def full():
+        x = embedding(bos)
+        for layer in layers:
+            x, _ = layer(x, memory, None)
+        return decoder.output_layer(x[:, -1])
+
+    threads = torch.get_num_threads()
+    with torch.no_grad():
+        seen = [first_step()]
+        layers[1].ffn.fc2.weight.mul_(3)
+        seen.append(first_step())
+        torch.testing.assert_close(seen[-1], full(), atol=1e-5, rtol=1e-5)
+        layers[0].load_state_dict({name: torch.randn_like(t) for name, t in layers[0].state_dict().items()})
+        seen.append(first_step())
+        torch.testing.assert_close(seen[-1], full(), atol=1e-5, rtol=1e-5)
+        torch.set_num_threads(1 if threads > 1 else 2)
+        try:
+            torch.testing.assert_close(first_step(), full(), atol=1e-5, rtol=1e-5)
+        finally:
+            torch.set_num_threads(threads)
+    assert not torch.allclose(seen[0], seen[1]) and not torch.allclose(seen[1], seen[2])
+
+
 @pytest.mark.parametrize("hook_on", ["the layer", "every module"])
 def test_the_decoding_step_calls_a_decoder_linear_layer_that_has_hooks_as_a_module(hook_on):
     """The step computes the layers' linear products without nn.Module.__call__, except where that
