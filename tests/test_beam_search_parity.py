@@ -55,13 +55,24 @@ def assert_same(ours, reference):
             torch.testing.assert_close(a["positional_scores"], b["positional_scores"], rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("path", ["C kernels", "torch operations"])
 @pytest.mark.parametrize("beam", [1, 4, 8])
 def test_every_hypothesis_equals_fairseqs_while_sentences_finish_at_different_steps_and_at_the_limit(
-        model_and_batch, beam):
+        model_and_batch, beam, path, monkeypatch):
+    """On decoding_kernels (float32 on CPU, where they build: the step, the candidates and the
+    bookkeeping after them, `BeamAdvance`) and on torch's operations (`_advance`)."""
+    if path == "C kernels" and not decoding_kernels.available():
+        pytest.skip("the decoding kernels are not built here (no C compiler)")
+    advances = []
+    real_advance = decoding_kernels.BeamAdvance.__call__
+    monkeypatch.setattr(decoding_kernels.BeamAdvance, "__call__", lambda *a: advances.append(a[1]) or real_advance(*a))
+    if path == "torch operations":
+        monkeypatch.setattr(decoding_kernels, "takes", lambda x: False)
     model, d, sample = model_and_batch
     max_len = 10
     ours, reference = both(model, d, sample, beam_size=beam, len_penalty=0.6, max_len_a=0, max_len_b=max_len)
     assert_same(ours, reference)
+    assert len(advances) == (max_len + 1 if path == "C kernels" else 0)  # every step, to the limit
     assert all(len(hyps) == beam for hyps in ours)
     lengths = {h["tokens"].numel() for hyps in ours for h in hyps}  # greedy (beam 1) ends at once or never
     assert len(lengths) >= (2 if beam == 1 else 4), f"hypotheses should finish at different steps: {lengths}"

@@ -19,7 +19,9 @@ itself, ...). `VaswaniBeamSearch` runs fairseq's search, hypothesis for hypothes
   what cannot enter (`modules.decoding_kernels`; float32 on CPU), else from the best 128-token
   blocks (`top_candidates`), without adding the scores to all of [rows, V] and sorting it;
 - finished hypotheses are collected by tensor ops, without a Python loop per hypothesis, and
-  finished sentences leave the batch, as in fairseq;
+  finished sentences leave the batch, as in fairseq; on CPU this bookkeeping after the candidates
+  (`_advance`: about 25 torch operations, 120-145 us a step at batch 1) is one C pass where the
+  kernels are built (`modules.decoding_kernels.BeamAdvance`, 17 us);
 - no NaN guard over the log-probabilities (a model that gives NaN is broken either way), and no
   second top-k when no candidate ends a hypothesis.
 
@@ -158,6 +160,9 @@ class VaswaniBeamSearch:
         sentence = torch.arange(bsz, device=src_tokens.device)  # live row -> sentence of the batch
         found = torch.zeros(bsz, dtype=torch.long, device=src_tokens.device)  # finished hypotheses so far
         finished: List[tuple] = []  # per step: (sentences, tokens, positional scores, scores) of those finished
+        # the log-probabilities are float32 (as fairseq's): C takes the bookkeeping on CPU where it is built
+        advance = (decoding_kernels.BeamAdvance(bsz, k, vocab, self.eos) if decoding_kernels.takes(scores)
+                   else self._advance)
         group = 1
         for step in range(max_len + 1):  # one step more than max_len tokens: the EOS
             live = sentence.numel()
@@ -174,50 +179,66 @@ class VaswaniBeamSearch:
                 lprobs[:, self.eos] = -math.inf
             offsets = scores[:rows, step - 1:step] if step > 0 else None  # [rows, 1] the cumulative scores
             cand_scores, cand = top_candidates(lprobs, offsets, group, min(2 * k, group * vocab - 1))  # [live, C]
-            cand_tokens = cand.fmod(vocab)
-            cand_rows = torch.div(cand, vocab, rounding_mode="trunc") + (
-                torch.arange(live, device=cand.device).unsqueeze(1) * group)  # the row each extends
-            ends = cand_tokens.eq(self.eos) & cand_scores.ne(-math.inf)  # [live, C]
-            keep = None  # live sentences that go on (None: all)
-            if step == max_len or bool(ends.any()):
-                first = ends[:, :k]
-                rank = first.cumsum(1) - first.long()  # earlier EOS candidates of the same sentence
-                accepted = first & (found.unsqueeze(1) + rank < k)  # a sentence takes k finished at most
-                who, which = accepted.nonzero(as_tuple=True)
-                if who.numel():
-                    finished.append(self._finished(step, sentence[who], cand_rows[who, which],
-                                                   cand_scores[who, which], tokens, scores))
-                found += accepted.sum(1)
-                if step == max_len:
-                    break
-                done = found.eq(k)
-                if bool(done.all()):
-                    break
-                if bool(done.any()):
-                    keep = (~done).nonzero().squeeze(1)
-                    cand_scores, cand_tokens, cand_rows, ends = (t[keep] for t in (cand_scores, cand_tokens,
-                                                                                 cand_rows, ends))
-                    sentence, found = sentence[keep], found[keep]
-                # the first k candidates that do not end: an EOS sorts after every other candidate
-                order = torch.arange(ends.size(1), device=ends.device)
-                alive = torch.topk(ends.long() * ends.size(1) + order, k=k, dim=1, largest=False)[1]
-                cand_scores, cand_tokens, cand_rows = (t.gather(1, alive) for t in (cand_scores, cand_tokens,
-                                                                                    cand_rows))
-            else:
-                cand_scores, cand_tokens, cand_rows = cand_scores[:, :k], cand_tokens[:, :k], cand_rows[:, :k]
-            parents = cand_rows.reshape(-1)  # [live' * k] the old row of each new row
-            new_rows = parents.numel()
-            torch.index_select(tokens[:rows, :step + 1], 0, parents, out=spare_tokens[:new_rows, :step + 1])
-            spare_tokens[:new_rows, step + 1] = cand_tokens.reshape(-1)
-            if step > 0:
-                torch.index_select(scores[:rows, :step], 0, parents, out=spare_scores[:new_rows, :step])
-            spare_scores[:new_rows, step] = cand_scores.reshape(-1)
+            found, keep, parents, ended = advance(step, step == max_len, cand_scores, cand, group, found, tokens,
+                                                  scores, spare_tokens, spare_scores)
+            if ended is not None:
+                who, rows_ended, final = ended
+                finished.append(self._finished(step, sentence[who], rows_ended, final, tokens, scores))
+            if parents is None:
+                break
             tokens, spare_tokens, scores, spare_scores = spare_tokens, tokens, spare_scores, scores
             ancestry.follow(parents, group=k)
             if keep is not None:
+                sentence = sentence[keep]
                 decode.keep_sentences(keep)
             group = k
         return self._collect(bsz, finished)
+
+    def _advance(self, step: int, last: bool, cand_scores: Tensor, cand: Tensor, group: int, found: Tensor,
+                 tokens: Tensor, scores: Tensor, spare_tokens: Tensor, spare_scores: Tensor
+                 ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tuple[Tensor, Tensor, Tensor]]]:
+        """After a step's candidates (cand_scores, cand [live, C]: indices into each sentence's group x V):
+        those among the first k that end in EOS are finished (until a sentence has k of them: then it is
+        done); the first k that do not end go on, their rows' tokens and scores written into the spare
+        buffers -> (found per sentence that goes on, the live sentences that go on (None: all), each new
+        row's parent row (None: the search is over), the hypotheses ended here as (live sentence, row,
+        cumulative score) (None: none)). `decoding_kernels.BeamAdvance` is the same in C."""
+        live, k, vocab, eos = cand.size(0), self.beam_size, self.vocab_size, self.eos
+        cand_tokens = cand.fmod(vocab)
+        cand_rows = torch.div(cand, vocab, rounding_mode="trunc") + (
+            torch.arange(live, device=cand.device).unsqueeze(1) * group)  # the row each extends
+        ends = cand_tokens.eq(eos) & cand_scores.ne(-math.inf)  # [live, C]
+        keep = ended = None  # live sentences that go on (None: all); hypotheses ended here
+        if last or bool(ends.any()):
+            first = ends[:, :k]
+            rank = first.cumsum(1) - first.long()  # earlier EOS candidates of the same sentence
+            accepted = first & (found.unsqueeze(1) + rank < k)  # a sentence takes k finished at most
+            who, which = accepted.nonzero(as_tuple=True)
+            if who.numel():
+                ended = (who, cand_rows[who, which], cand_scores[who, which])
+            found = found + accepted.sum(1)
+            done = found.eq(k)
+            if last or bool(done.all()):
+                return found, None, None, ended
+            if bool(done.any()):
+                keep = (~done).nonzero().squeeze(1)
+                cand_scores, cand_tokens, cand_rows, ends = (t[keep] for t in (cand_scores, cand_tokens,
+                                                                             cand_rows, ends))
+                found = found[keep]
+            # the first k candidates that do not end: an EOS sorts after every other candidate
+            order = torch.arange(ends.size(1), device=ends.device)
+            alive = torch.topk(ends.long() * ends.size(1) + order, k=k, dim=1, largest=False)[1]
+            cand_scores, cand_tokens, cand_rows = (t.gather(1, alive) for t in (cand_scores, cand_tokens, cand_rows))
+        else:
+            cand_scores, cand_tokens, cand_rows = cand_scores[:, :k], cand_tokens[:, :k], cand_rows[:, :k]
+        parents = cand_rows.reshape(-1)  # [live' * k] the old row of each new row
+        new_rows = parents.numel()
+        torch.index_select(tokens[:, :step + 1], 0, parents, out=spare_tokens[:new_rows, :step + 1])
+        spare_tokens[:new_rows, step + 1] = cand_tokens.reshape(-1)
+        if step > 0:
+            torch.index_select(scores[:, :step], 0, parents, out=spare_scores[:new_rows, :step])
+        spare_scores[:new_rows, step] = cand_scores.reshape(-1)
+        return found, keep, parents, ended
 
     def _finished(self, step: int, sentences: Tensor, rows: Tensor, final: Tensor, tokens: Tensor,
                   scores: Tensor) -> tuple:

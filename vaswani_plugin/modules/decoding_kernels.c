@@ -208,3 +208,56 @@ void top_candidates(const float *lprobs, const float *offsets, long live, long g
         }
     }
 }
+
+/* beam_advance: the beam search's bookkeeping after a step's candidates, as models/beam_search.py's
+ * `_advance` does it in torch operations (fairseq 0.12's SequenceGenerator): for each of `live`
+ * sentences, its C candidates (cand_scores best first; cand: indices into its group rows' g V
+ * log-probabilities) end a hypothesis where the token is EOS and the score is not -inf. Of the first
+ * k candidates, those that end are finished, in order, while the sentence has fewer than k finished
+ * (found, counted on); their live sentence, row and score go to ended_* (n_ended of them). Unless
+ * `last`, a sentence with k finished leaves; each other goes on (its live index to keep, found
+ * moved along) with its first k candidates that do not end: new row j of kept sentence m is
+ * m k + j, whose parent row, tokens (the parent's first step + 1, then the candidate's token) and
+ * cumulative scores (the parent's first step, then the candidate's) are written to parents,
+ * new_tokens and new_scores (rows token_stride and score_stride apart). Returns the number of
+ * sentences that go on (0 at the last step). */
+long beam_advance(const float *cand_scores, const long *cand, long live, long C, long g, long V, long k, long eos,
+                  long *found, int last, long *ended_live, long *ended_row, float *ended_score, long *n_ended,
+                  long *keep, long *parents, const long *tokens, long *new_tokens, long token_stride,
+                  const float *scores, float *new_scores, long score_stride, long step) {
+    long ended = 0, kept = 0, first = k < C ? k : C;
+    for (long n = 0; n < live; ++n) {
+        const float *value = cand_scores + n * C;
+        const long *at = cand + n * C;
+        long before = found[n], earlier = 0;  /* earlier: ends among the first k before this one */
+        for (long i = 0; i < first; ++i) {
+            if (at[i] % V != eos || value[i] == -INFINITY)
+                continue;
+            if (before + earlier < k) {
+                ended_live[ended] = n;
+                ended_row[ended] = n * g + at[i] / V;
+                ended_score[ended] = value[i];
+                ++ended;
+                ++found[n];
+            }
+            ++earlier;
+        }
+        if (last || found[n] == k)
+            continue;
+        found[kept] = found[n];  /* kept <= n: the sentences still to read are not overwritten */
+        keep[kept] = n;
+        for (long i = 0, j = 0; i < C && j < k; ++i) {
+            if (at[i] % V == eos && value[i] != -INFINITY)
+                continue;
+            long row = kept * k + j++, parent = n * g + at[i] / V;
+            parents[row] = parent;
+            memcpy(new_tokens + row * token_stride, tokens + parent * token_stride, (step + 1) * sizeof(long));
+            new_tokens[row * token_stride + step + 1] = at[i] % V;
+            memcpy(new_scores + row * score_stride, scores + parent * score_stride, step * sizeof(float));
+            new_scores[row * score_stride + step] = value[i];
+        }
+        ++kept;
+    }
+    *n_ended = ended;
+    return last ? 0 : kept;
+}

@@ -13,6 +13,9 @@ a time. `decoding_kernels.c` does the same maths in two calls:
   other, the step's keys and values written into the cache between: one call a layer where the
   step made eleven, and about 25 torch operations less (batch 1: each call and operation cost
   microseconds of serial time that a second thread cannot share);
+- `BeamAdvance`: the beam search's bookkeeping after the candidates (which end a hypothesis,
+  which sentences are done, the rows that go on with their tokens and scores), about 25 torch
+  operations a step in `models.beam_search`'s `_advance`, in one pass;
 - `top_candidates`: the beam search's 2 x beam candidates per sentence, the top-k of the rows'
   log-probabilities plus their scores, in one pass that skips what cannot enter (torch.topk over
   4 x 7,800 sums took 61 us a step at batch 1).
@@ -53,6 +56,10 @@ def available() -> bool:
             for function in (_library.grouped_attention, _library.add_layer_norm, _library.top_candidates,
                              _library.decoder_layer):
                 function.restype = None
+            _library.beam_advance.restype = ctypes.c_long
+            _library.beam_advance.argtypes = (
+                [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_long] * 6 + [ctypes.c_void_p, ctypes.c_int]
+                + [ctypes.c_void_p] * 8 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long])
             _library.grouped_attention.argtypes = [
                 ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
                 ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
@@ -173,3 +180,38 @@ def top_candidates(lprobs: Tensor, offsets: Optional[Tensor], group: int, c: int
     _library.top_candidates(lprobs.data_ptr(), None if offsets is None else offsets.data_ptr(), live, group, vocab, c,
                             values.data_ptr(), indices.data_ptr(), torch.get_num_threads())
     return values, indices
+
+
+class BeamAdvance:
+    """`models.beam_search.VaswaniBeamSearch._advance` in one C pass, for one search of `sentences`
+    sentences at beam k (its outputs' buffers made once): the same arguments and results. cand_scores
+    [live, C] float32 and cand [live, C] int64 from `top_candidates`; found [live] int64 (updated in
+    place); tokens [rows, >= step + 2] int64 and scores [rows, >= step + 1] float32 with their spares,
+    into which the rows that go on are written -> (found per sentence that goes on, the live
+    sentences that go on (None: all), each new row's parent row (None: the search is over), the
+    hypotheses ended at this step as (live sentence, row, score) (None: none))."""
+
+    def __init__(self, sentences: int, k: int, vocab: int, eos: int):
+        self.k, self.vocab, self.eos = k, vocab, eos
+        self.ended_live, self.ended_row, self.keep, self.parents = (
+            torch.empty(n, dtype=torch.long) for n in (sentences * k, sentences * k, sentences, sentences * k))
+        self.ended_score = torch.empty(sentences * k)
+        self.n_ended = ctypes.c_long()
+        self.pointers = [t.data_ptr() for t in (self.ended_live, self.ended_row, self.ended_score)] + [
+            ctypes.addressof(self.n_ended), self.keep.data_ptr(), self.parents.data_ptr()]
+
+    def __call__(self, step: int, last: bool, cand_scores: Tensor, cand: Tensor, group: int, found: Tensor,
+                 tokens: Tensor, scores: Tensor, spare_tokens: Tensor, spare_scores: Tensor
+                 ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tuple[Tensor, Tensor, Tensor]]]:
+        live, c = cand.shape
+        assert cand_scores.is_contiguous() and cand.is_contiguous() and found.is_contiguous() and live <= self.keep.numel()
+        assert spare_tokens.stride() == tokens.stride() and spare_scores.stride() == scores.stride()
+        kept = _library.beam_advance(
+            cand_scores.data_ptr(), cand.data_ptr(), live, c, group, self.vocab, self.k, self.eos, found.data_ptr(),
+            int(last), *self.pointers, tokens.data_ptr(), spare_tokens.data_ptr(), tokens.stride(0),
+            scores.data_ptr(), spare_scores.data_ptr(), scores.stride(0), step)
+        m = self.n_ended.value
+        ended = tuple(t[:m].clone() for t in (self.ended_live, self.ended_row, self.ended_score)) if m else None  # kept
+        if kept == 0:
+            return found, None, None, ended
+        return found[:kept], None if kept == live else self.keep[:kept], self.parents[:kept * self.k], ended
