@@ -93,7 +93,9 @@ class BeamAncestry:
     step, the beam after it). The key fed in at step t by slot j of a sentence sits at column
     t * beam + j of that sentence's keys; visible [rows, steps, beam] is True at (t, j) where that
     slot at step t held an ancestor of the row's hypothesis (or the hypothesis itself, at the
-    newest step). The search calls `follow` once per step, for every layer's cache."""
+    newest step). The search calls `follow` once per step, for every layer's cache. `bias` makes
+    the scores' mask from it; the C decoder layer (`decoding_kernels.bound_decoder_layer`) reads
+    `visible` itself."""
 
     def __init__(self, rows: int, beam: int, device=None):
         self.beam, self.group, self.length = beam, 1, 1

@@ -26,9 +26,12 @@
 void few_rows_linear(const float *x, long M, long K, const float *panels, const float *bias, long N, float *y,
                      int threads);
 
-void grouped_attention(const float *q, long q_row, const float *k, const float *v, long k_sentence, long k_head,
-                       long S, const float *bias, long b_head, long b_row, long N, long g, long H, long dk,
-                       float scale, float *out, int threads) {
+/* grouped_attention, where `visible` (or NULL) hides more keys: query row r sees key s only where
+ * visible[r visible_row + s] is nonzero (decoder_layer's self-attention: BeamAncestry's booleans, in
+ * place of a bias made from them every step). */
+static void attention(const float *q, long q_row, const float *k, const float *v, long k_sentence, long k_head,
+                      long S, const float *bias, long b_head, long b_row, const unsigned char *visible,
+                      long visible_row, long N, long g, long H, long dk, float scale, float *out, int threads) {
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         float *w = malloc(S * sizeof(float));
@@ -39,9 +42,10 @@ void grouped_attention(const float *q, long q_row, const float *k, const float *
             for (long j = 0; j < g; ++j) {
                 const float *qr = q + (n * g + j) * q_row + h * dk;
                 const float *b = bias ? bias + nh * b_head + j * b_row : NULL;
+                const unsigned char *seen = visible ? visible + (n * g + j) * visible_row : NULL;
                 float top = -INFINITY;
                 for (long s = 0; s < S; ++s) {
-                    if (b && b[s] == -INFINITY) {  /* hidden: its weight is exp(-inf) = 0 either way */
+                    if ((b && b[s] == -INFINITY) || (seen && !seen[s])) {  /* hidden: its weight is exp(-inf) = 0 */
                         w[s] = 0.0f;
                         continue;
                     }
@@ -58,7 +62,7 @@ void grouped_attention(const float *q, long q_row, const float *k, const float *
                 }
                 float sum = 0.0f;
                 for (long s = 0; s < S; ++s) {
-                    if (b && b[s] == -INFINITY)
+                    if ((b && b[s] == -INFINITY) || (seen && !seen[s]))
                         continue;
                     w[s] = expf(w[s] - top);
                     sum += w[s];
@@ -79,6 +83,12 @@ void grouped_attention(const float *q, long q_row, const float *k, const float *
         }
         free(w);
     }
+}
+
+void grouped_attention(const float *q, long q_row, const float *k, const float *v, long k_sentence, long k_head,
+                       long S, const float *bias, long b_head, long b_row, long N, long g, long H, long dk,
+                       float scale, float *out, int threads) {
+    attention(q, q_row, k, v, k_sentence, k_head, S, bias, b_head, b_row, NULL, 0, N, g, H, dk, scale, out, threads);
 }
 
 void add_layer_norm(float *x, const float *a, const float *gamma, const float *beta, long rows, long d, float eps,
@@ -117,12 +127,11 @@ struct layer_weights {
 /* x [N g, d]; work: room for [N g, 3 d + 2 d + d_ff] floats. Self-attention cache: K and V with
  * a sentence every cache_sentence floats and a head every cache_head, a key every d_k: this step's
  * keys and values go to columns column .. column + g - 1, then the queries attend over the first
- * `filled` columns under self_bias (as grouped_attention takes a bias: per head self_b_head, per row
- * self_b_row). Encoder-decoder: memory K and V likewise, memory_length keys, memory_bias (one per
+ * `filled` columns, row r seeing column s where visible[r visible_row + s]. Encoder-decoder: memory K and V likewise, memory_length keys, memory_bias (one per
  * sentence and head, shared by its rows; NULL: no padding). */
 void decoder_layer(const struct layer_weights *w, float *x, long N, long g, float *work, float *cache_k,
                    float *cache_v, long cache_sentence, long cache_head, long column, long filled,
-                   const float *self_bias, long self_b_head, long self_b_row, const float *memory_k,
+                   const unsigned char *visible, long visible_row, const float *memory_k,
                    const float *memory_v, long memory_sentence, long memory_head, long memory_length,
                    const float *memory_bias, long memory_b_head, float scale, int threads) {
     long rows = N * g, d = w->d, H = w->heads, dk = d / H;
@@ -137,8 +146,8 @@ void decoder_layer(const struct layer_weights *w, float *x, long N, long g, floa
             memcpy(cache_v + at + h * cache_head, qkv + r * 3 * d + 2 * d + h * dk, dk * sizeof(float));
         }
     }
-    grouped_attention(qkv, 3 * d, cache_k, cache_v, cache_sentence, cache_head, filled, self_bias, self_b_head,
-                      self_b_row, N, g, H, dk, scale, attended, threads);
+    attention(qkv, 3 * d, cache_k, cache_v, cache_sentence, cache_head, filled, NULL, 0, 0, visible, visible_row, N,
+              g, H, dk, scale, attended, threads);
     few_rows_linear(attended, rows, d, w->self_out, w->self_out_bias, d, projected, threads);
     add_layer_norm(x, projected, w->gain[0], w->beta[0], rows, d, w->eps[0], threads);
     /* encoder-decoder attention (the queries in `projected` until the out-projection overwrites them) */

@@ -72,8 +72,8 @@ def available() -> bool:
             _library.decoder_layer.argtypes = [
                 ctypes.POINTER(_LayerWeights), ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
                 ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
-                ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long,
-                ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_float, ctypes.c_int]
+                ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
+                ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_float, ctypes.c_int]
     return _library is not None
 
 
@@ -127,10 +127,12 @@ class _LayerWeights(ctypes.Structure):
 def bound_decoder_layer(layer: nn.Module) -> Optional[Callable[..., Tensor]]:
     """A post-LN `layers.DecoderLayer` in eval as one C call, its parameters and torch's thread count
     read once (a search's weights stay put) -> call(x, n, g, work, cache_k, cache_v, column, filled,
-    self_bias, memory_k, memory_v, memory_bias) -> x, updated in place: x [n g, d] contiguous; work
+    visible, memory_k, memory_v, memory_bias) -> x, updated in place: x [n g, d] contiguous; work
     contiguous with room for [n g, 5 d + d_ff]; cache_k, cache_v [N, H, capacity, d_k] (this step's
     keys and values go to columns column .. column + g - 1, the queries attend over the first
-    `filled`); self_bias, memory_k, memory_v, memory_bias as `grouped_attention` takes them. None
+    `filled`, row r where visible[r].flatten() is True: `BeamAncestry.visible`, [rows, steps, beam]
+    with its last two dimensions dense); memory_k, memory_v, memory_bias as `grouped_attention`
+    takes k, v and bias. None
     where the layer does not fit: pre-LN, or a product that does not take the few-row kernel
     (`onednn_linear.kernel_panels`: not packed, hooked, not float32 on CPU)."""
     from .onednn_linear import kernel_panels  # (onednn_linear does not import this module)
@@ -153,12 +155,13 @@ def bound_decoder_layer(layer: nn.Module) -> Optional[Callable[..., Tensor]]:
     function, threads, scale = _library.decoder_layer, torch.get_num_threads(), attn.head_dim ** -0.5
 
     def call(x: Tensor, n: int, g: int, work: Tensor, cache_k: Tensor, cache_v: Tensor, column: int, filled: int,
-             self_bias: Tensor, memory_k: Tensor, memory_v: Tensor, memory_bias: Optional[Tensor]) -> Tensor:
+             visible: Tensor, memory_k: Tensor, memory_v: Tensor, memory_bias: Optional[Tensor]) -> Tensor:
         assert x.is_contiguous() and work.is_contiguous() and cache_k.stride() == cache_v.stride()
-        assert memory_k.stride() == memory_v.stride() and self_bias.stride(2) == 1
+        assert memory_k.stride() == memory_v.stride() and visible.stride()[1:] == (visible.size(2), 1)
+        assert visible.dtype == torch.bool
         function(kept[0], x.data_ptr(), n, g, work.data_ptr(), cache_k.data_ptr(), cache_v.data_ptr(),
-                 cache_k.stride(0), cache_k.stride(1), column, filled, self_bias.data_ptr(), self_bias.stride(0),
-                 self_bias.stride(1) if self_bias.size(1) > 1 else 0, memory_k.data_ptr(), memory_v.data_ptr(),
+                 cache_k.stride(0), cache_k.stride(1), column, filled, visible.data_ptr(), visible.stride(0),
+                 memory_k.data_ptr(), memory_v.data_ptr(),
                  memory_k.stride(0), memory_k.stride(1), memory_k.size(2),
                  None if memory_bias is None else memory_bias.data_ptr(),
                  0 if memory_bias is None else memory_bias.stride(0), scale, threads)

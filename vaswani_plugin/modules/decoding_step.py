@@ -162,9 +162,9 @@ class BeamDecodingStep:
         x = F.embedding(tokens, emb.embed_tokens.weight) * emb.scale + emb.positions.at(step)  # [rows, d]
         d = x.size(-1)
         kernels = decoding_kernels.takes(x)
-        self_bias = self.ancestry.bias(heads, x.dtype)  # [N * H, group, steps x beam]
         if kernels and self.layers_in_c is not None and kernel_rows(x.size(0)):
-            return self._finish(self._layers_in_c(x, n, self_bias))
+            return self._finish(self._layers_in_c(x, n))
+        self_bias = self.ancestry.bias(heads, x.dtype)  # [N * H, group, steps x beam]
         for calls, cache, (memory_k, memory_v) in zip(self.calls, self.self_kv, self.memory_kv):
             self_close, cross_close, ffn_close = calls.kernel_closes if kernels else calls.closes
             # masked self-attention: this step's K, V join the sentence's; each query sees its ancestors'
@@ -186,7 +186,7 @@ class BeamDecodingStep:
             x = self.final_norm(x)
         return self.output_layer(x)
 
-    def _layers_in_c(self, x: Tensor, n: int, self_bias: Tensor) -> Tensor:
+    def _layers_in_c(self, x: Tensor, n: int) -> Tensor:
         """The loop of `__call__`, a layer a C call (`decoding_kernels.bound_decoder_layer`): x [rows, d]
         (a fresh tensor: it is updated in place) -> the last layer's output."""
         rows, d = x.shape
@@ -195,8 +195,8 @@ class BeamDecodingStep:
             self.work = x.new_empty(size)
         for layer, cache, (memory_k, memory_v) in zip(self.layers_in_c, self.self_kv, self.memory_kv):
             column = cache.reserve(n, self.heads, d // self.heads, x)
-            layer(x, n, rows // n, self.work, cache.k, cache.v, column, cache.filled, self_bias, memory_k, memory_v,
-                  self.memory_bias)
+            layer(x, n, rows // n, self.work, cache.k, cache.v, column, cache.filled, self.ancestry.visible, memory_k,
+                  memory_v, self.memory_bias)
         return x
 
     def _attend(self, q: Tensor, keys: Tensor, values: Tensor, bias: Optional[Tensor], n: int, kernels: bool) -> Tensor:
