@@ -18,6 +18,7 @@ from vaswani_plugin.errors import ConfigError
 from vaswani_plugin.models import beam_search
 from vaswani_plugin.models.beam_search import VaswaniBeamSearch, top_candidates
 from vaswani_plugin.modules import decoding_kernels, few_rows_linear, onednn_linear
+from vaswani_plugin.modules.decoding_step import encode
 from vaswani_plugin.modules.onednn_linear import use_onednn_linears_
 
 FLAGS = ["--encoder-layers", "2", "--decoder-layers", "2", "--d-model", "32", "--d-ff", "64", "--attention-heads", "4",
@@ -177,3 +178,22 @@ def test_the_candidate_kernel_keeps_equal_scores_in_index_order_and_fills_with_m
     offsets = torch.tensor([[0.0], [0.25], [1.0], [0.0]])  # row 1's sums rise above row 0's
     values, indices = decoding_kernels.top_candidates(lprobs, offsets, 2, 2)
     assert indices.tolist() == [[7, 2]] + [[1, 8]] and values.tolist() == [[0.75, 0.5], [0.5, -0.25]]
+
+
+def test_the_encoder_in_c_equals_its_forward_on_a_ragged_batch(model_and_batch, monkeypatch):
+    """The lean search's encoder (decoding_step.encode: a C call per layer, where the weights are packed
+    as fairseq-generate has them) against the encoder's forward on torch's operations, left-padded
+    sources of 1 to 9 tokens; the forward's where the layers do not fit or the kernel does not take
+    the row count."""
+    if not decoding_kernels.available() or not few_rows_linear.kernel_available():
+        pytest.skip("the C kernels are not built here (no C compiler)")
+    model, d, sample = model_and_batch
+    packed = use_onednn_linears_(copy.deepcopy(model), pack=True)
+    src = sample["net_input"]["src_tokens"]
+    with torch.no_grad():
+        ours, reference = encode(packed.encoder, src), model.encoder(src)
+        assert encode(model.encoder, src) is None  # not packed
+        monkeypatch.setattr(onednn_linear, "KERNEL_FOR_EVERY_ROW_COUNT", False)
+        assert encode(packed.encoder, src) is None and encode(packed.encoder, src[:1, -8:]) is not None  # 99, 8 rows
+    torch.testing.assert_close(ours["memory"], reference["memory"], atol=1e-5, rtol=1e-5)
+    assert torch.equal(ours["memory_padding_mask"], reference["memory_padding_mask"])

@@ -47,7 +47,7 @@ from torch import Tensor
 from ..errors import ConfigError
 from ..modules import decoding_kernels
 from ..modules.attention_cache import BeamAncestry
-from ..modules.decoding_step import BeamDecodingStep
+from ..modules.decoding_step import BeamDecodingStep, encode
 
 
 _BLOCK = 128  # tokens per block in `top_candidates`
@@ -148,7 +148,7 @@ class VaswaniBeamSearch:
         src_tokens = net_input["src_tokens"]
         bsz, k, vocab = src_tokens.size(0), self.beam_size, self.vocab_size
         max_len = self._length_limit(src_tokens)
-        encoder_out = self.model.encoder.forward_torchscript(net_input)
+        encoder_out = encode(self.model.encoder, src_tokens) or self.model.encoder.forward_torchscript(net_input)
         ancestry = BeamAncestry(bsz, k, device=src_tokens.device)
         decode = BeamDecodingStep(self.model.decoder, encoder_out["memory"], encoder_out.get("memory_padding_mask"),
                                   ancestry)

@@ -26,11 +26,11 @@
 void few_rows_linear(const float *x, long M, long K, const float *panels, const float *bias, long N, float *y,
                      int threads);
 
-/* grouped_attention, where `visible` (or NULL) hides more keys: query row r sees key s only where
- * visible[r visible_row + s] is nonzero (decoder_layer's self-attention: BeamAncestry's booleans, in
- * place of a bias made from them every step). */
+/* grouped_attention with keys (and values) k_row floats apart, and `visible` (or NULL) hiding more
+ * keys: query row r sees key s only where visible[r visible_row + s] is nonzero (decoder_layer's
+ * self-attention: BeamAncestry's booleans, in place of a bias made from them every step). */
 static void attention(const float *q, long q_row, const float *k, const float *v, long k_sentence, long k_head,
-                      long S, const float *bias, long b_head, long b_row, const unsigned char *visible,
+                      long k_row, long S, const float *bias, long b_head, long b_row, const unsigned char *visible,
                       long visible_row, long N, long g, long H, long dk, float scale, float *out, int threads) {
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
@@ -49,7 +49,7 @@ static void attention(const float *q, long q_row, const float *k, const float *v
                         w[s] = 0.0f;
                         continue;
                     }
-                    const float *key = keys + s * dk;
+                    const float *key = keys + s * k_row;
                     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
                     for (long i = 0; i < dk; ++i)
@@ -74,7 +74,7 @@ static void attention(const float *q, long q_row, const float *k, const float *v
                     if (w[s] == 0.0f)  /* hidden, or too small to count: adding 0 x value changes nothing */
                         continue;
                     float weight = w[s] / sum;
-                    const float *value = values + s * dk;
+                    const float *value = values + s * k_row;
 #pragma omp simd
                     for (long i = 0; i < dk; ++i)
                         o[i] += weight * value[i];
@@ -88,7 +88,8 @@ static void attention(const float *q, long q_row, const float *k, const float *v
 void grouped_attention(const float *q, long q_row, const float *k, const float *v, long k_sentence, long k_head,
                        long S, const float *bias, long b_head, long b_row, long N, long g, long H, long dk,
                        float scale, float *out, int threads) {
-    attention(q, q_row, k, v, k_sentence, k_head, S, bias, b_head, b_row, NULL, 0, N, g, H, dk, scale, out, threads);
+    attention(q, q_row, k, v, k_sentence, k_head, dk, S, bias, b_head, b_row, NULL, 0, N, g, H, dk, scale, out,
+              threads);
 }
 
 void add_layer_norm(float *x, const float *a, const float *gamma, const float *beta, long rows, long d, float eps,
@@ -114,8 +115,9 @@ void add_layer_norm(float *x, const float *a, const float *gamma, const float *b
     }
 }
 
-/* A decoder layer's parameters, fixed for a search: each product's weight as few_rows_linear's panels
- * and its bias (or NULL); the three residual blocks' LayerNorm gain, bias and eps. */
+/* A layer's parameters, fixed for a search: each product's weight as few_rows_linear's panels and its
+ * bias (or NULL); its residual blocks' LayerNorm gain, bias and eps (an encoder layer has no
+ * cross-attention and two blocks). */
 struct layer_weights {
     const float *qkv, *qkv_bias, *self_out, *self_out_bias, *cross_q, *cross_q_bias, *cross_out, *cross_out_bias;
     const float *fc1, *fc1_bias, *fc2, *fc2_bias;
@@ -124,11 +126,23 @@ struct layer_weights {
     long d, heads, d_ff;
 };
 
+/* The position-wise feed-forward (Eq. 2) and its residual block's close with LayerNorm `norm`:
+ * x <- LayerNorm(x + max(0, x W1 + b1) W2 + b2); hidden [rows, d_ff] and out [rows, d] scratch. */
+static void feed_forward_block(const struct layer_weights *w, float *x, long rows, float *hidden, float *out,
+                               int norm, int threads) {
+    few_rows_linear(x, rows, w->d, w->fc1, w->fc1_bias, w->d_ff, hidden, threads);
+    for (long i = 0; i < rows * w->d_ff; ++i)
+        hidden[i] = hidden[i] < 0.0f ? 0.0f : hidden[i];  /* NaN stays NaN, as in torch's relu */
+    few_rows_linear(hidden, rows, w->d_ff, w->fc2, w->fc2_bias, w->d, out, threads);
+    add_layer_norm(x, out, w->gain[norm], w->beta[norm], rows, w->d, w->eps[norm], threads);
+}
+
 /* x [N g, d]; work: room for [N g, 3 d + 2 d + d_ff] floats. Self-attention cache: K and V with
  * a sentence every cache_sentence floats and a head every cache_head, a key every d_k: this step's
  * keys and values go to columns column .. column + g - 1, then the queries attend over the first
- * `filled` columns, row r seeing column s where visible[r visible_row + s]. Encoder-decoder: memory K and V likewise, memory_length keys, memory_bias (one per
- * sentence and head, shared by its rows; NULL: no padding). */
+ * `filled` columns, row r seeing column s where visible[r visible_row + s]. Encoder-decoder: memory
+ * K and V likewise, memory_length keys, memory_bias (one per sentence and head, shared by its rows;
+ * NULL: no padding). */
 void decoder_layer(const struct layer_weights *w, float *x, long N, long g, float *work, float *cache_k,
                    float *cache_v, long cache_sentence, long cache_head, long column, long filled,
                    const unsigned char *visible, long visible_row, const float *memory_k,
@@ -146,8 +160,8 @@ void decoder_layer(const struct layer_weights *w, float *x, long N, long g, floa
             memcpy(cache_v + at + h * cache_head, qkv + r * 3 * d + 2 * d + h * dk, dk * sizeof(float));
         }
     }
-    attention(qkv, 3 * d, cache_k, cache_v, cache_sentence, cache_head, filled, NULL, 0, 0, visible, visible_row, N,
-              g, H, dk, scale, attended, threads);
+    attention(qkv, 3 * d, cache_k, cache_v, cache_sentence, cache_head, dk, filled, NULL, 0, 0, visible, visible_row,
+              N, g, H, dk, scale, attended, threads);
     few_rows_linear(attended, rows, d, w->self_out, w->self_out_bias, d, projected, threads);
     add_layer_norm(x, projected, w->gain[0], w->beta[0], rows, d, w->eps[0], threads);
     /* encoder-decoder attention (the queries in `projected` until the out-projection overwrites them) */
@@ -157,11 +171,26 @@ void decoder_layer(const struct layer_weights *w, float *x, long N, long g, floa
     few_rows_linear(attended, rows, d, w->cross_out, w->cross_out_bias, d, projected, threads);
     add_layer_norm(x, projected, w->gain[1], w->beta[1], rows, d, w->eps[1], threads);
     /* position-wise feed-forward (Eq. 2) */
-    few_rows_linear(x, rows, d, w->fc1, w->fc1_bias, w->d_ff, hidden, threads);
-    for (long i = 0; i < rows * w->d_ff; ++i)
-        hidden[i] = hidden[i] < 0.0f ? 0.0f : hidden[i];  /* max(0, .) of Eq. 2; NaN stays NaN, as in torch */
-    few_rows_linear(hidden, rows, w->d_ff, w->fc2, w->fc2_bias, d, projected, threads);
-    add_layer_norm(x, projected, w->gain[2], w->beta[2], rows, d, w->eps[2], threads);
+    feed_forward_block(w, x, rows, hidden, projected, 2, threads);
+}
+
+/* encoder_layer: one post-LN encoder layer (§3.1-§3.3, eval) over N sentences of S positions, x [N S, d]
+ * updated in place: the QKV product, every position's queries against its sentence's keys and values
+ * where the product left them (bias: -inf at the padding, one [S] per sentence and head, b_head
+ * apart; NULL: none), and the blocks' closes as in decoder_layer; the cross-attention's weights and
+ * the third LayerNorm are not read (the feed-forward's close takes gain[1], beta[1], eps[1]). work:
+ * room for [N S, 5 d + d_ff] floats. */
+void encoder_layer(const struct layer_weights *w, float *x, long N, long S, float *work, const float *bias,
+                   long b_head, float scale, int threads) {
+    long rows = N * S, d = w->d, H = w->heads, dk = d / H;
+    float *qkv = work, *attended = qkv + rows * 3 * d, *projected = attended + rows * d,
+          *hidden = projected + rows * d;
+    few_rows_linear(x, rows, d, w->qkv, w->qkv_bias, 3 * d, qkv, threads);
+    attention(qkv, 3 * d, qkv + d, qkv + 2 * d, S * 3 * d, dk, 3 * d, S, bias, b_head, 0, NULL, 0, N, S, H, dk, scale,
+              attended, threads);
+    few_rows_linear(attended, rows, d, w->self_out, w->self_out_bias, d, projected, threads);
+    add_layer_norm(x, projected, w->gain[0], w->beta[0], rows, d, w->eps[0], threads);
+    feed_forward_block(w, x, rows, hidden, projected, 1, threads);
 }
 
 /* top_candidates: for each of `live` sentences, the c best of its g rows' log-probabilities plus the

@@ -56,6 +56,10 @@ def available() -> bool:
             for function in (_library.grouped_attention, _library.add_layer_norm, _library.top_candidates,
                              _library.decoder_layer):
                 function.restype = None
+            _library.encoder_layer.restype = None
+            _library.encoder_layer.argtypes = [
+                ctypes.POINTER(_LayerWeights), ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
+                ctypes.c_void_p, ctypes.c_long, ctypes.c_float, ctypes.c_int]
             _library.beam_advance.restype = ctypes.c_long
             _library.beam_advance.argtypes = (
                 [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_long] * 6 + [ctypes.c_void_p, ctypes.c_int]
@@ -115,6 +119,51 @@ def bound_add_layer_norm(norm: nn.LayerNorm) -> Callable[[Tensor, Tensor], Tenso
     return call
 
 
+def _layer_weights(layer: nn.Module, blocks, cross: tuple) -> Optional[tuple]:
+    """(decoding_kernels.c's `struct layer_weights` for `layer`, the tensors whose addresses it holds),
+    or None where the layer does not fit: pre-LN, or a product that does not take the few-row kernel
+    (`onednn_linear.kernel_panels`: not packed, hooked, not float32 on CPU). `cross`: the
+    cross-attention's query and out projections (none in an encoder layer)."""
+    from .onednn_linear import kernel_panels  # (onednn_linear does not import this module)
+
+    attn, ffn = layer.self_attn, layer.ffn
+    products = (attn.qkv_proj, attn.out_proj, *cross, ffn.fc1, ffn.fc2)
+    panels = [kernel_panels(p) for p in products]
+    if not available() or any(b.normalize_before for b in blocks) or any(p is None for p in panels):
+        return None
+    pointers = []
+    for product, weight in zip(products, panels):
+        pointers += [weight.data_ptr(), None if product.bias is None else product.bias.data_ptr()]
+    if not cross:
+        pointers[4:4] = [None] * 4  # no cross-attention
+    norms = [b.norm for b in blocks] + [blocks[-1].norm] * (3 - len(blocks))
+    weights = _LayerWeights(*pointers, (ctypes.c_void_p * 3)(*(n.weight.data_ptr() for n in norms)),
+                            (ctypes.c_void_p * 3)(*(n.bias.data_ptr() for n in norms)),
+                            (ctypes.c_float * 3)(*(n.eps for n in norms)), attn.qkv_proj.in_features, attn.num_heads,
+                            ffn.fc1.out_features)
+    return weights, panels
+
+
+def bound_encoder_layer(layer: nn.Module) -> Optional[Callable[..., Tensor]]:
+    """A post-LN `layers.EncoderLayer` in eval as one C call, as `bound_decoder_layer` binds a decoder
+    layer -> call(x, n, s, bias) -> x [n s, d] (contiguous), updated in place: n sentences of s
+    positions; bias [n H, 1, s], -inf at the padding, or None. None where the layer does not fit."""
+    bound = _layer_weights(layer, (layer.attn_block, layer.ffn_block), ())  # kept by `call`: C reads them
+    if bound is None:
+        return None
+    function, threads, scale = _library.encoder_layer, torch.get_num_threads(), layer.self_attn.head_dim ** -0.5
+    d_ff = layer.ffn.fc1.out_features
+
+    def call(x: Tensor, n: int, s: int, bias: Optional[Tensor]) -> Tensor:
+        assert x.is_contiguous() and x.size(0) == n * s and (bias is None or bias.is_contiguous())
+        work = x.new_empty(n * s * (5 * x.size(1) + d_ff))
+        function(bound[0], x.data_ptr(), n, s, work.data_ptr(), None if bias is None else bias.data_ptr(),
+                 0 if bias is None else bias.stride(0), scale, threads)
+        return x
+
+    return call
+
+
 class _LayerWeights(ctypes.Structure):
     """decoding_kernels.c's `struct layer_weights`."""
     _fields_ = ([(name, ctypes.c_void_p) for name in ("qkv", "qkv_bias", "self_out", "self_out_bias", "cross_q",
@@ -132,34 +181,19 @@ def bound_decoder_layer(layer: nn.Module) -> Optional[Callable[..., Tensor]]:
     keys and values go to columns column .. column + g - 1, the queries attend over the first
     `filled`, row r where visible[r].flatten() is True: `BeamAncestry.visible`, [rows, steps, beam]
     with its last two dimensions dense); memory_k, memory_v, memory_bias as `grouped_attention`
-    takes k, v and bias. None
-    where the layer does not fit: pre-LN, or a product that does not take the few-row kernel
-    (`onednn_linear.kernel_panels`: not packed, hooked, not float32 on CPU)."""
-    from .onednn_linear import kernel_panels  # (onednn_linear does not import this module)
-
-    attn, cross, ffn = layer.self_attn, layer.cross_attn, layer.ffn
-    blocks = (layer.self_attn_block, layer.cross_attn_block, layer.ffn_block)
-    products = (attn.qkv_proj, attn.out_proj, cross.q_proj, cross.out_proj, ffn.fc1, ffn.fc2)
-    panels = [kernel_panels(p) for p in products]
-    if not available() or any(b.normalize_before for b in blocks) or any(p is None for p in panels):
+    takes k, v and bias. None where the layer does not fit (`_layer_weights`)."""
+    bound = _layer_weights(layer, (layer.self_attn_block, layer.cross_attn_block, layer.ffn_block),
+                           (layer.cross_attn.q_proj, layer.cross_attn.out_proj))  # kept by `call`: C reads them
+    if bound is None:
         return None
-    pointers = []
-    for product, weight in zip(products, panels):
-        pointers += [weight.data_ptr(), None if product.bias is None else product.bias.data_ptr()]
-    d = attn.qkv_proj.in_features
-    norms = [b.norm for b in blocks]
-    weights = _LayerWeights(*pointers, (ctypes.c_void_p * 3)(*(n.weight.data_ptr() for n in norms)),
-                            (ctypes.c_void_p * 3)(*(n.bias.data_ptr() for n in norms)),
-                            (ctypes.c_float * 3)(*(n.eps for n in norms)), d, attn.num_heads, ffn.fc1.out_features)
-    kept = (weights, panels)  # alive as long as the call: the C side holds their addresses
-    function, threads, scale = _library.decoder_layer, torch.get_num_threads(), attn.head_dim ** -0.5
+    function, threads, scale = _library.decoder_layer, torch.get_num_threads(), layer.self_attn.head_dim ** -0.5
 
     def call(x: Tensor, n: int, g: int, work: Tensor, cache_k: Tensor, cache_v: Tensor, column: int, filled: int,
              visible: Tensor, memory_k: Tensor, memory_v: Tensor, memory_bias: Optional[Tensor]) -> Tensor:
         assert x.is_contiguous() and work.is_contiguous() and cache_k.stride() == cache_v.stride()
         assert memory_k.stride() == memory_v.stride() and visible.stride()[1:] == (visible.size(2), 1)
         assert visible.dtype == torch.bool
-        function(kept[0], x.data_ptr(), n, g, work.data_ptr(), cache_k.data_ptr(), cache_v.data_ptr(),
+        function(bound[0], x.data_ptr(), n, g, work.data_ptr(), cache_k.data_ptr(), cache_v.data_ptr(),
                  cache_k.stride(0), cache_k.stride(1), column, filled, visible.data_ptr(), visible.stride(0),
                  memory_k.data_ptr(), memory_v.data_ptr(),
                  memory_k.stride(0), memory_k.stride(1), memory_k.size(2),
