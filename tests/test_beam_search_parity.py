@@ -154,7 +154,8 @@ def test_candidates_from_the_best_blocks_are_the_top_k_of_every_sum(vocab, group
     lprobs[:, 1] = float("-inf")  # pad, as the search masks it
     lprobs[0, 128:136] = 5.0 + torch.arange(8.0)  # a sentence whose c best lie in one block
     lprobs[-1, -3:] = torch.tensor([6.1, 6.3, 6.2])  # ... and one whose best are the last tokens (no ties)
-    offsets = 3 * torch.randn(live * group, 1, generator=g) if with_scores else None
+    # the cumulative scores as the search hands them over: one column of its [rows, steps] buffer
+    offsets = (3 * torch.randn(live * group, 5, generator=g))[:, 2:3] if with_scores else None
     total = lprobs if offsets is None else lprobs + offsets
     expected = torch.topk(total.view(live, group * vocab), c)
     scores, indices = top_candidates(lprobs, offsets, group, c)

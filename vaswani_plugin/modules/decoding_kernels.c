@@ -194,10 +194,10 @@ void encoder_layer(const struct layer_weights *w, float *x, long N, long S, floa
 }
 
 /* top_candidates: for each of `live` sentences, the c best of its g rows' log-probabilities plus the
- * row's score (lprobs [live g, V] row-major; offsets [live g] or NULL: 0), as torch.topk over the
- * sentence's g V sums: values best first, indices into g V, equal values in index order. Each sum is
- * one float addition, as torch's lprobs + offsets. A chunk of 16 sums none of which beats the c-th
- * best so far is passed over after one vector maximum. c <= g V. */
+ * row's score (lprobs [live g, V] row-major; row r's score at offsets[r offset_stride], or NULL: 0),
+ * as torch.topk over the sentence's g V sums: values best first, indices into g V, equal values in
+ * index order. Each sum is one float addition, as torch's lprobs + offsets. A chunk of 16 sums none
+ * of which beats the c-th best so far is passed over after one vector maximum. c <= g V. */
 #define CHUNK 16
 
 static inline void insert(float *best, long *at, long c, float value, long index) {
@@ -211,7 +211,8 @@ static inline void insert(float *best, long *at, long c, float value, long index
     at[i] = index;
 }
 
-void top_candidates(const float *lprobs, const float *offsets, long live, long g, long V, long c, float *values,
+void top_candidates(const float *lprobs, const float *offsets, long offset_stride, long live, long g, long V, long c,
+                    float *values,
                     long *indices, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && live > 1)
     for (long n = 0; n < live; ++n) {
@@ -219,7 +220,7 @@ void top_candidates(const float *lprobs, const float *offsets, long live, long g
         long *at = indices + n * c, filled = 0;
         for (long j = 0; j < g; ++j) {
             const float *row = lprobs + (n * g + j) * V;
-            float offset = offsets ? offsets[n * g + j] : 0.0f;
+            float offset = offsets ? offsets[(n * g + j) * offset_stride] : 0.0f;
             long t = 0;
             for (; t < V && filled < c; ++t) {  /* the first c sums, kept sorted (index order on ties) */
                 best[filled] = -INFINITY;

@@ -70,9 +70,8 @@ def available() -> bool:
                 ctypes.c_long, ctypes.c_long, ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
             _library.add_layer_norm.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                                 ctypes.c_long, ctypes.c_long, ctypes.c_float, ctypes.c_int]
-            _library.top_candidates.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
-                                                ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p,
-                                                ctypes.c_int]
+            _library.top_candidates.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_long] * 5 + [
+                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
             _library.decoder_layer.argtypes = [
                 ctypes.POINTER(_LayerWeights), ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
                 ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
@@ -206,16 +205,16 @@ def bound_decoder_layer(layer: nn.Module) -> Optional[Callable[..., Tensor]]:
 
 def top_candidates(lprobs: Tensor, offsets: Optional[Tensor], group: int, c: int) -> Tuple[Tensor, Tensor]:
     """`torch.topk((lprobs + offsets).view(live, group * V), c)` in one pass that keeps the c best:
-    lprobs [rows, V] contiguous float32, offsets [rows, 1] or None (0) -> (values, indices), each
-    [live, c], best first, equal values in index order."""
+    lprobs [rows, V] contiguous float32, offsets [rows, 1] (a column of the scores: any row stride)
+    or None (0) -> (values, indices), each [live, c], best first, equal values in index order."""
     rows, vocab = lprobs.shape
     assert lprobs.is_contiguous() and 0 < c <= group * vocab and rows % group == 0
-    offsets = None if offsets is None else offsets.reshape(rows).contiguous()
     live = rows // group
     values = lprobs.new_empty(live, c)
     indices = torch.empty(live, c, dtype=torch.long)
-    _library.top_candidates(lprobs.data_ptr(), None if offsets is None else offsets.data_ptr(), live, group, vocab, c,
-                            values.data_ptr(), indices.data_ptr(), torch.get_num_threads())
+    _library.top_candidates(lprobs.data_ptr(), None if offsets is None else offsets.data_ptr(),
+                            0 if offsets is None else offsets.stride(0), live, group, vocab, c, values.data_ptr(),
+                            indices.data_ptr(), torch.get_num_threads())
     return values, indices
 
 
