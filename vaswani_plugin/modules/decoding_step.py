@@ -132,7 +132,7 @@ def _what_binding_reads(layers: nn.Module) -> tuple:
     (their storage and version counter: a load_state_dict or an in-place update moves one)."""
     parts = [torch.get_num_threads(), len(_global_forward_hooks), len(_global_forward_pre_hooks)]
     for module in layers.modules():
-        parts += (type(module), getattr(module, "packed", None) is not None,
+        parts += (type(module), vars(module).get("packed") is not None,  # (getattr: a raised AttributeError a module)
                   len(module._forward_hooks) + len(module._forward_pre_hooks))
         parts += [(p.data_ptr(), p._version) for p in module._parameters.values() if p is not None]
     return tuple(parts)
