@@ -63,7 +63,7 @@ def available() -> bool:
             _library.beam_advance.restype = ctypes.c_long
             _library.beam_advance.argtypes = (
                 [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_long] * 6 + [ctypes.c_void_p, ctypes.c_int]
-                + [ctypes.c_void_p] * 8 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long])
+                + [ctypes.c_void_p] * 8 + [ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_long] * 2)
             _library.grouped_attention.argtypes = [
                 ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
                 ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
@@ -240,7 +240,8 @@ class BeamAdvance:
                  tokens: Tensor, scores: Tensor, spare_tokens: Tensor, spare_scores: Tensor
                  ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tuple[Tensor, Tensor, Tensor]]]:
         live, c = cand.shape
-        assert cand_scores.is_contiguous() and cand.is_contiguous() and found.is_contiguous() and live <= self.keep.numel()
+        assert cand_scores.is_contiguous() and cand.is_contiguous() and found.is_contiguous()
+        assert live <= self.keep.numel()
         assert spare_tokens.stride() == tokens.stride() and spare_scores.stride() == scores.stride()
         kept = _library.beam_advance(
             cand_scores.data_ptr(), cand.data_ptr(), live, c, group, self.vocab, self.k, self.eos, found.data_ptr(),

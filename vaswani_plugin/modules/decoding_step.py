@@ -90,6 +90,17 @@ def _bound(layers: nn.ModuleList, bind: Callable[[nn.Module], object]) -> List:
     return kept[1]
 
 
+def _what_binding_reads(layers: nn.Module) -> tuple:
+    """torch's thread count, the forward hooks, and each module's class, packed weights and parameters
+    (their storage and version counter: a load_state_dict or an in-place update moves one)."""
+    parts = [torch.get_num_threads(), len(_global_forward_hooks), len(_global_forward_pre_hooks)]
+    for module in layers.modules():
+        parts += (type(module), vars(module).get("packed") is not None,  # (getattr raised AttributeError: slow)
+                  len(module._forward_hooks) + len(module._forward_pre_hooks))
+        parts += [(p.data_ptr(), p._version) for p in module._parameters.values() if p is not None]
+    return tuple(parts)
+
+
 def _bound_layers(layers: nn.ModuleList) -> Tuple[List[_LayerCalls], Optional[List[Callable[..., Tensor]]]]:
     """The decoder layers' `_LayerCalls`, and each layer as one C call (`decoding_kernels.bound_decoder_layer`;
     None unless all of them fit)."""
@@ -113,11 +124,7 @@ def encode(encoder: nn.Module, src_tokens: Tensor) -> Optional[Dict[str, Tensor]
         return None
     padding_mask = src_tokens.eq(encoder.dictionary.pad())  # [N, S]
     padding_mask = padding_mask if padding_mask.any() else None
-    bias = None
-    if padding_mask is not None:  # [N * H, 1, S]: -inf at the padding
-        heads = encoder.layers[0].self_attn.num_heads
-        bias = torch.zeros(padding_mask.shape, dtype=x.dtype).masked_fill_(padding_mask, float("-inf"))
-        bias = bias[:, None, None, :].expand(-1, heads, -1, -1).reshape(-1, 1, s)
+    bias = _padding_bias(padding_mask, encoder.layers[0].self_attn.num_heads, x.dtype)
     rows = x.contiguous().view(n * s, -1)
     for layer in in_c:
         layer(rows, n, s, bias)
@@ -127,15 +134,13 @@ def encode(encoder: nn.Module, src_tokens: Tensor) -> Optional[Dict[str, Tensor]
     return out
 
 
-def _what_binding_reads(layers: nn.Module) -> tuple:
-    """torch's thread count, the forward hooks, and each module's class, packed weights and parameters
-    (their storage and version counter: a load_state_dict or an in-place update moves one)."""
-    parts = [torch.get_num_threads(), len(_global_forward_hooks), len(_global_forward_pre_hooks)]
-    for module in layers.modules():
-        parts += (type(module), vars(module).get("packed") is not None,  # (getattr: a raised AttributeError a module)
-                  len(module._forward_hooks) + len(module._forward_pre_hooks))
-        parts += [(p.data_ptr(), p._version) for p in module._parameters.values() if p is not None]
-    return tuple(parts)
+def _padding_bias(mask: Optional[Tensor], heads: int, dtype: torch.dtype) -> Optional[Tensor]:
+    """mask [N, S] (True at the source padding, or None) -> [N * heads, 1, S]: -inf at the padding, 0
+    elsewhere, as the attention kernels and `_attend` add it (None without padding)."""
+    if mask is None:
+        return None
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, float("-inf"))
+    return bias[:, None, None, :].expand(-1, heads, -1, -1).reshape(-1, 1, mask.size(1))
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], scale: float) -> Tensor:
@@ -172,16 +177,8 @@ class BeamDecodingStep:
             k, v = layer.cross_attn.kv_proj(memory).chunk(2, dim=-1)  # 2 x [N, S, d]
             self.memory_kv.append([t.reshape(n, s, self.heads, -1).transpose(1, 2).contiguous() for t in (k, v)])
         self.memory_padding_mask = memory_padding_mask
-        self.memory_bias = self._memory_bias()
+        self.memory_bias = _padding_bias(self.memory_padding_mask, self.heads, self.memory_kv[0][0].dtype)
 
-    def _memory_bias(self) -> Optional[Tensor]:
-        """[N * H, 1, S]: -inf at the source padding, 0 elsewhere (None without padding)."""
-        mask = self.memory_padding_mask
-        if mask is None:
-            return None
-        dtype = self.memory_kv[0][0].dtype
-        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, float("-inf"))
-        return bias[:, None, None, :].expand(-1, self.heads, -1, -1).reshape(-1, 1, mask.size(1))
 
     def keep_sentences(self, sentences: Tensor) -> None:
         """Only `sentences` (indices of the live ones, in order) go on."""
@@ -190,7 +187,7 @@ class BeamDecodingStep:
         self.memory_kv = [[t.index_select(0, sentences) for t in kv] for kv in self.memory_kv]
         if self.memory_padding_mask is not None:
             self.memory_padding_mask = self.memory_padding_mask.index_select(0, sentences)
-            self.memory_bias = self._memory_bias()
+            self.memory_bias = _padding_bias(self.memory_padding_mask, self.heads, self.memory_kv[0][0].dtype)
 
     def __call__(self, tokens: Tensor, step: int) -> Tensor:
         """tokens [rows]: the token each row feeds in at `step` -> logits [rows, V]."""
