@@ -96,22 +96,33 @@ def test_length_and_score_options_as_fairseq(model_and_batch, options):
         assert any(d.unk() in h["tokens"].tolist() for hyps in ours for h in hyps)
 
 
-@pytest.mark.parametrize("sentences", [1, 2, 11])  # 4 and 8 rows a step; 44 rows, fewer as sentences finish
-def test_packed_weights_as_fairseq_generate_has_them(model_and_batch, monkeypatch, sentences):
+@pytest.mark.parametrize("beam", [1, 4, 8])
+@pytest.mark.parametrize("sentences", [1, 2, 11])  # at beam 4: 4 and 8 rows a step; 44 rows, fewer as sentences finish
+def test_packed_weights_as_fairseq_generate_has_them(model_and_batch, monkeypatch, sentences, beam):
     """fairseq-generate packs our weights (prepare_for_inference_): products of up to 8 rows take the
     few-row kernel where it is built, more oneDNN's packed layout (or the kernel too, where
-    `KERNEL_FOR_EVERY_ROW_COUNT`); fairseq's generator decodes the unpacked model."""
+    `KERNEL_FOR_EVERY_ROW_COUNT`), and where every product of a layer takes the kernel the layer is
+    one C call (decoder and encoder); fairseq's generator decodes the unpacked model."""
     model, d, sample = model_and_batch
     packed = use_onednn_linears_(copy.deepcopy(model), pack=True)
-    kernel_rows = []
+    kernel_rows, layers_in_c = [], []
     record_kernel_rows(monkeypatch, lambda x2: kernel_rows.append(x2.size(0)))
+    real_layer = decoding_kernels.bound_decoder_layer
+
+    def counted_layer(layer):
+        call = real_layer(layer)
+        return call and (lambda *a: layers_in_c.append(a[0].size(0)) or call(*a))
+
+    monkeypatch.setattr(decoding_kernels, "bound_decoder_layer", counted_layer)
     part = {"net_input": {name: t[:sentences] for name, t in sample["net_input"].items()}}
-    options = dict(beam_size=4, len_penalty=0.6, max_len_b=10)
+    options = dict(beam_size=beam, len_penalty=0.6, max_len_b=10)
     ours = VaswaniBeamSearch([packed], d, **options).generate([packed], part)
     assert_same(ours, SequenceGenerator([model], d, **options).generate([model], part))
     if few_rows_linear.kernel_available():
         assert kernel_rows
         assert onednn_linear.KERNEL_FOR_EVERY_ROW_COUNT or max(kernel_rows) <= few_rows_linear.MAX_ROWS
+        if decoding_kernels.available() and (onednn_linear.KERNEL_FOR_EVERY_ROW_COUNT or sentences * beam <= 8):
+            assert layers_in_c  # the decoder's layers ran in C at some steps
 
 
 def test_bfloat16_model_as_fairseq(model_and_batch):
