@@ -3,7 +3,7 @@
 At batch 1 a beam-4 step of the 3+3 d=256 decoder made about 300 small torch operations (issue 15's
 profile: attention's bmm, scaling, masking, softmax and the head reshapes; each residual block's add
 and LayerNorm), each costing microseconds of dispatch for nanoseconds of arithmetic, one thread at
-a time. `decoding_kernels.c` does the same maths in two calls:
+a time. `decoding_kernels.c` does the same maths in a few calls:
 - `grouped_attention`: Eq. 1 for every sentence's hypotheses and every head at once, reading the
   queries from the projection's output and the keys and values where the caches hold them (no
   per-head copies, no gather of the cache into one block per step);
@@ -12,7 +12,8 @@ a time. `decoding_kernels.c` does the same maths in two calls:
   calls above and its six products (the few-row kernel, `few_rows_linear.c`) in C one after the
   other, the step's keys and values written into the cache between: one call a layer where the
   step made eleven, and about 25 torch operations less (batch 1: each call and operation cost
-  microseconds of serial time that a second thread cannot share);
+  microseconds of serial time that a second thread cannot share); `bound_encoder_layer(layer)` the
+  same for an encoder layer (`decoding_step.encode`, once a batch);
 - `BeamAdvance`: the beam search's bookkeeping after the candidates (which end a hypothesis,
   which sentences are done, the rows that go on with their tokens and scores), about 25 torch
   operations a step in `models.beam_search`'s `_advance`, in one pass;
@@ -20,8 +21,9 @@ a time. `decoding_kernels.c` does the same maths in two calls:
   log-probabilities plus their scores, in one pass that skips what cannot enter (torch.topk over
   4 x 7,800 sums took 61 us a step at batch 1).
 Same formulas as `decoding_step`'s torch path (scores scaled, then masked; softmax; biased
-variance), results equal to float32 rounding; tests/test_decoding_kernels.py holds them to it and
-the search to fairseq's. Float32 on CPU only; bfloat16 and other devices take the torch path, as
+variance), results equal to float32 rounding: tests/test_decoding_kernels.py holds the kernels to
+float64 references, test_decoding_speedups.py the C layers to the modules' forward, and
+test_beam_search_parity.py the search (with `BeamAdvance`) to fairseq's. Float32 on CPU only; bfloat16 and other devices take the torch path, as
 do all steps where the C compiler is missing or the build fails (`c_library`; one log line).
 """
 from __future__ import annotations
@@ -118,6 +120,15 @@ def bound_add_layer_norm(norm: nn.LayerNorm) -> Callable[[Tensor, Tensor], Tenso
     return call
 
 
+class _LayerWeights(ctypes.Structure):
+    """decoding_kernels.c's `struct layer_weights`."""
+    _fields_ = ([(name, ctypes.c_void_p) for name in ("qkv", "qkv_bias", "self_out", "self_out_bias", "cross_q",
+                                                       "cross_q_bias", "cross_out", "cross_out_bias", "fc1",
+                                                       "fc1_bias", "fc2", "fc2_bias")]
+                + [("gain", ctypes.c_void_p * 3), ("beta", ctypes.c_void_p * 3), ("eps", ctypes.c_float * 3),
+                   ("d", ctypes.c_long), ("heads", ctypes.c_long), ("d_ff", ctypes.c_long)])
+
+
 def _layer_weights(layer: nn.Module, blocks, cross: tuple) -> Optional[tuple]:
     """(decoding_kernels.c's `struct layer_weights` for `layer`, the tensors whose addresses it holds),
     or None where the layer does not fit: pre-LN, or a product that does not take the few-row kernel
@@ -161,15 +172,6 @@ def bound_encoder_layer(layer: nn.Module) -> Optional[Callable[..., Tensor]]:
         return x
 
     return call
-
-
-class _LayerWeights(ctypes.Structure):
-    """decoding_kernels.c's `struct layer_weights`."""
-    _fields_ = ([(name, ctypes.c_void_p) for name in ("qkv", "qkv_bias", "self_out", "self_out_bias", "cross_q",
-                                                       "cross_q_bias", "cross_out", "cross_out_bias", "fc1",
-                                                       "fc1_bias", "fc2", "fc2_bias")]
-                + [("gain", ctypes.c_void_p * 3), ("beta", ctypes.c_void_p * 3), ("eps", ctypes.c_float * 3),
-                   ("d", ctypes.c_long), ("heads", ctypes.c_long), ("d_ff", ctypes.c_long)])
 
 
 def bound_decoder_layer(layer: nn.Module) -> Optional[Callable[..., Tensor]]:
@@ -241,14 +243,15 @@ class BeamAdvance:
                  ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tuple[Tensor, Tensor, Tensor]]]:
         live, c = cand.shape
         assert cand_scores.is_contiguous() and cand.is_contiguous() and found.is_contiguous()
-        assert live <= self.keep.numel()
+        assert cand.dtype == found.dtype == tokens.dtype == torch.long and live <= self.keep.numel()
         assert spare_tokens.stride() == tokens.stride() and spare_scores.stride() == scores.stride()
         kept = _library.beam_advance(
             cand_scores.data_ptr(), cand.data_ptr(), live, c, group, self.vocab, self.k, self.eos, found.data_ptr(),
             int(last), *self.pointers, tokens.data_ptr(), spare_tokens.data_ptr(), tokens.stride(0),
             scores.data_ptr(), spare_scores.data_ptr(), scores.stride(0), step)
         m = self.n_ended.value
-        ended = tuple(t[:m].clone() for t in (self.ended_live, self.ended_row, self.ended_score)) if m else None  # kept
+        # copies: the search keeps them, and these buffers are written again next step
+        ended = tuple(t[:m].clone() for t in (self.ended_live, self.ended_row, self.ended_score)) if m else None
         if kept == 0:
             return found, None, None, ended
         return found[:kept], None if kept == live else self.keep[:kept], self.parents[:kept * self.k], ended
