@@ -96,13 +96,16 @@ def test_length_and_score_options_as_fairseq(model_and_batch, options):
         assert any(d.unk() in h["tokens"].tolist() for hyps in ours for h in hyps)
 
 
+@pytest.mark.parametrize("every_row_count", [True, False], ids=["kernel at every row count", "kernel up to 8 rows"])
 @pytest.mark.parametrize("beam", [1, 4, 8])
 @pytest.mark.parametrize("sentences", [1, 2, 11])  # at beam 4: 4 and 8 rows a step; 44 rows, fewer as sentences finish
-def test_packed_weights_as_fairseq_generate_has_them(model_and_batch, monkeypatch, sentences, beam):
+def test_packed_weights_as_fairseq_generate_has_them(model_and_batch, monkeypatch, sentences, beam, every_row_count):
     """fairseq-generate packs our weights (prepare_for_inference_): products of up to 8 rows take the
     few-row kernel where it is built, more oneDNN's packed layout (or the kernel too, where
-    `KERNEL_FOR_EVERY_ROW_COUNT`), and where every product of a layer takes the kernel the layer is
-    one C call (decoder and encoder); fairseq's generator decodes the unpacked model."""
+    `KERNEL_FOR_EVERY_ROW_COUNT`: AVX-512 CPUs off Intel), and where every product of a layer takes
+    the kernel the layer is one C call (decoder and encoder): up to 8 rows, a search moves from one
+    path to the other as its sentences finish. fairseq's generator decodes the unpacked model."""
+    monkeypatch.setattr(onednn_linear, "KERNEL_FOR_EVERY_ROW_COUNT", every_row_count)
     model, d, sample = model_and_batch
     packed = use_onednn_linears_(copy.deepcopy(model), pack=True)
     kernel_rows, layers_in_c = [], []
@@ -119,10 +122,9 @@ def test_packed_weights_as_fairseq_generate_has_them(model_and_batch, monkeypatc
     ours = VaswaniBeamSearch([packed], d, **options).generate([packed], part)
     assert_same(ours, SequenceGenerator([model], d, **options).generate([model], part))
     if few_rows_linear.kernel_available():
-        assert kernel_rows
-        assert onednn_linear.KERNEL_FOR_EVERY_ROW_COUNT or max(kernel_rows) <= few_rows_linear.MAX_ROWS
-        if decoding_kernels.available() and (onednn_linear.KERNEL_FOR_EVERY_ROW_COUNT or sentences * beam <= 8):
-            assert layers_in_c  # the decoder's layers ran in C at some steps
+        assert every_row_count or max(kernel_rows, default=0) <= few_rows_linear.MAX_ROWS  # products call by call
+        if decoding_kernels.available() and (every_row_count or sentences * beam <= 8):
+            assert layers_in_c  # the decoder's layers ran in C, their products on the kernel
 
 
 def test_bfloat16_model_as_fairseq(model_and_batch):
