@@ -28,6 +28,8 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
+from . import decoding_kernels
+
 _slot_ids = itertools.count()
 
 
@@ -160,8 +162,12 @@ class BeamSelfAttentionCache:
         return step * beam
 
     def keep_sentences(self, sentences: Tensor) -> None:
-        """Only the K/V of `sentences` from now on, in that order."""
-        self.k, self.v = (self._filled_rows(t, sentences) for t in (self.k, self.v))
+        """Only the K/V of `sentences` (increasing) from now on, in that order: moved down in place by C
+        where it takes the cache (`decoding_kernels.compact_sentences`), else copied into new tensors."""
+        if decoding_kernels.takes(self.k):
+            self.k, self.v = (decoding_kernels.compact_sentences(t, sentences, self.filled) for t in (self.k, self.v))
+        else:
+            self.k, self.v = (self._filled_rows(t, sentences) for t in (self.k, self.v))
 
     def _filled_rows(self, t: Tensor, sentences: Tensor) -> Tensor:
         out = t.new_empty(sentences.numel(), *t.shape[1:])

@@ -300,3 +300,16 @@ long beam_advance(const float *cand_scores, const long *cand, long live, long C,
     *n_ended = ended;
     return last ? 0 : kept;
 }
+
+/* compact_sentences: the blocks of sentences keep[0] < keep[1] < ... < keep[m - 1] of a tensor whose
+ * sentences are `block` floats apart move to blocks 0 .. m - 1, in place: of each block, `runs` runs
+ * of `run` floats, `stride` apart (a cache's heads, their filled columns). A block only moves down,
+ * onto one already read, so the order of the moves keeps every source intact. */
+void compact_sentences(float *t, long block, long runs, long stride, long run, const long *keep, long m) {
+    for (long i = 0; i < m; ++i) {
+        if (keep[i] == i)
+            continue;
+        for (long r = 0; r < runs; ++r)
+            memmove(t + i * block + r * stride, t + keep[i] * block + r * stride, run * sizeof(float));
+    }
+}

@@ -17,6 +17,8 @@ a time. `decoding_kernels.c` does the same maths in a few calls:
 - `BeamAdvance`: the beam search's bookkeeping after the candidates (which end a hypothesis,
   which sentences are done, the rows that go on with their tokens and scores), about 25 torch
   operations a step in `models.beam_search`'s `_advance`, in one pass;
+- `compact_sentences`: a cache's blocks of the sentences that go on, moved down in place when
+  others finish;
 - `top_candidates`: the beam search's 2 x beam candidates per sentence, the top-k of the rows'
   log-probabilities plus their scores, in one pass that skips what cannot enter (torch.topk over
   4 x 7,800 sums took 61 us a step at batch 1).
@@ -62,6 +64,9 @@ def available() -> bool:
             _library.encoder_layer.argtypes = [
                 ctypes.POINTER(_LayerWeights), ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
                 ctypes.c_void_p, ctypes.c_long, ctypes.c_float, ctypes.c_int]
+            _library.compact_sentences.restype = None
+            _library.compact_sentences.argtypes = [ctypes.c_void_p] + [ctypes.c_long] * 4 + [ctypes.c_void_p,
+                                                                                            ctypes.c_long]
             _library.beam_advance.restype = ctypes.c_long
             _library.beam_advance.argtypes = (
                 [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_long] * 6 + [ctypes.c_void_p, ctypes.c_int]
@@ -218,6 +223,19 @@ def top_candidates(lprobs: Tensor, offsets: Optional[Tensor], group: int, c: int
                             0 if offsets is None else offsets.stride(0), live, group, vocab, c, values.data_ptr(),
                             indices.data_ptr(), torch.get_num_threads())
     return values, indices
+
+
+def compact_sentences(t: Tensor, sentences: Tensor, columns: int) -> Tensor:
+    """t [N, H, capacity, d_k] float32 (a cache: the first `columns` columns filled; or contiguous, all
+    of them) -> t[sentences, :, :columns] in place, as t[:m]: sentences (int64, increasing) is the
+    live ones that stay. `index_select` into a new tensor allocated (and faulted in) a whole cache
+    each time a sentence finished."""
+    n, heads, capacity, d_k = t.shape
+    assert t.dtype == torch.float32 and t.stride()[1:] == (capacity * d_k, d_k, 1) and sentences.dtype == torch.long
+    sentences = sentences.contiguous()
+    _library.compact_sentences(t.data_ptr(), t.stride(0), heads, capacity * d_k, columns * d_k, sentences.data_ptr(),
+                               sentences.numel())
+    return t[:sentences.numel()]
 
 
 class BeamAdvance:

@@ -184,7 +184,11 @@ class BeamDecodingStep:
         """Only `sentences` (indices of the live ones, in order) go on."""
         for cache in self.self_kv:
             cache.keep_sentences(sentences)
-        self.memory_kv = [[t.index_select(0, sentences) for t in kv] for kv in self.memory_kv]
+        if decoding_kernels.takes(self.memory_kv[0][0]):  # in place, as the self-attention caches
+            self.memory_kv = [[decoding_kernels.compact_sentences(t, sentences, t.size(2)) for t in kv]
+                              for kv in self.memory_kv]
+        else:
+            self.memory_kv = [[t.index_select(0, sentences) for t in kv] for kv in self.memory_kv]
         if self.memory_padding_mask is not None:
             self.memory_padding_mask = self.memory_padding_mask.index_select(0, sentences)
             self.memory_bias = _padding_bias(self.memory_padding_mask, self.heads, self.memory_kv[0][0].dtype)
