@@ -106,6 +106,7 @@ class BeamAncestry:
         self.visible[:rows, 0, 0] = True  # the first step: one row per sentence, in slot 0
         self.rows = rows
         self._bias = None
+        self._spare = None  # `follow`'s second buffer, where C writes the next step's `visible`
 
     def bias(self, heads: int, dtype: torch.dtype) -> Tensor:
         """[N * heads, group, length * beam]: 0 where a row's query may look, -inf elsewhere, to add to
@@ -122,9 +123,15 @@ class BeamAncestry:
         rows, length = parents.numel(), self.length
         if length == self.visible.size(1):
             self.visible = torch.cat([self.visible, torch.zeros_like(self.visible)], dim=1)
-        visible = self.visible[:self.rows, :length].index_select(0, parents)  # [rows', length, beam]
-        self.visible[:rows, :length] = visible
-        self.visible[:rows, length].view(-1, group, self.beam).copy_(self._own[:group])
+        if self.visible.device.type == "cpu" and decoding_kernels.available():  # one C pass into a spare
+            if self._spare is None or self._spare.shape != self.visible.shape:
+                self._spare = torch.empty_like(self.visible)
+            decoding_kernels.follow_ancestry(self.visible, self._spare, parents, length, group)
+            self.visible, self._spare = self._spare, self.visible
+        else:
+            visible = self.visible[:self.rows, :length].index_select(0, parents)  # [rows', length, beam]
+            self.visible[:rows, :length] = visible
+            self.visible[:rows, length].view(-1, group, self.beam).copy_(self._own[:group])
         self.rows, self.group, self.length = rows, group, length + 1
         self._bias = None
 

@@ -313,3 +313,16 @@ void compact_sentences(float *t, long block, long runs, long stride, long run, c
             memmove(t + i * block + r * stride, t + keep[i] * block + r * stride, run * sizeof(float));
     }
 }
+
+/* follow_ancestry: attention_cache.BeamAncestry.follow from one buffer into another. Row i of `to`
+ * takes the first `length` steps of row parents[i] of `from` (booleans; rows `row` apart, a step
+ * `beam`), then at step `length` its own slot i % group alone. */
+void follow_ancestry(const unsigned char *from, unsigned char *to, long row, long beam, long length,
+                     const long *parents, long rows, long group) {
+    for (long i = 0; i < rows; ++i) {
+        unsigned char *mine = to + i * row;
+        memcpy(mine, from + parents[i] * row, length * beam);
+        memset(mine + length * beam, 0, beam);
+        mine[length * beam + i % group] = 1;
+    }
+}

@@ -17,6 +17,7 @@ a time. `decoding_kernels.c` does the same maths in a few calls:
 - `BeamAdvance`: the beam search's bookkeeping after the candidates (which end a hypothesis,
   which sentences are done, the rows that go on with their tokens and scores), about 25 torch
   operations a step in `models.beam_search`'s `_advance`, in one pass;
+- `follow_ancestry`: which cached keys each hypothesis sees, carried to the next step's rows;
 - `compact_sentences`: a cache's blocks of the sentences that go on, moved down in place when
   others finish;
 - `top_candidates`: the beam search's 2 x beam candidates per sentence, the top-k of the rows'
@@ -67,6 +68,9 @@ def available() -> bool:
             _library.compact_sentences.restype = None
             _library.compact_sentences.argtypes = [ctypes.c_void_p] + [ctypes.c_long] * 4 + [ctypes.c_void_p,
                                                                                             ctypes.c_long]
+            _library.follow_ancestry.restype = None
+            _library.follow_ancestry.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_long] * 3 + [
+                ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
             _library.beam_advance.restype = ctypes.c_long
             _library.beam_advance.argtypes = (
                 [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_long] * 6 + [ctypes.c_void_p, ctypes.c_int]
@@ -236,6 +240,17 @@ def compact_sentences(t: Tensor, sentences: Tensor, columns: int) -> Tensor:
     _library.compact_sentences(t.data_ptr(), t.stride(0), heads, capacity * d_k, columns * d_k, sentences.data_ptr(),
                                sentences.numel())
     return t[:sentences.numel()]
+
+
+def follow_ancestry(visible: Tensor, into: Tensor, parents: Tensor, length: int, group: int) -> None:
+    """`attention_cache.BeamAncestry.follow` written into a second buffer: into[i, :length] =
+    visible[parents[i], :length], then at step `length` row i's own slot i % group alone (visible,
+    into: [rows, steps, beam] bool, the same shape, contiguous; parents int64)."""
+    assert visible.is_contiguous() and into.is_contiguous() and visible.shape == into.shape
+    assert visible.dtype == into.dtype == torch.bool and parents.dtype == torch.long and length < visible.size(1)
+    parents = parents.contiguous()
+    _library.follow_ancestry(visible.data_ptr(), into.data_ptr(), visible.stride(0), visible.size(2), length,
+                             parents.data_ptr(), parents.numel(), group)
 
 
 class BeamAdvance:
