@@ -26,8 +26,9 @@ a time. `decoding_kernels.c` does the same maths in a few calls:
 Same formulas as `decoding_step`'s torch path (scores scaled, then masked; softmax; biased
 variance), results equal to float32 rounding: tests/test_decoding_kernels.py holds the kernels to
 float64 references, test_decoding_speedups.py the C layers to the modules' forward, and
-test_beam_search_parity.py the search (with `BeamAdvance`) to fairseq's. Float32 on CPU only; bfloat16 and other devices take the torch path, as
-do all steps where the C compiler is missing or the build fails (`c_library`; one log line).
+test_beam_search_parity.py the search (with `BeamAdvance`) to fairseq's. Float32 on CPU only;
+bfloat16 and other devices take the torch path, as do all steps where the C compiler is missing or
+the build fails (`c_library`; one log line).
 """
 from __future__ import annotations
 
