@@ -45,8 +45,8 @@ static void attention(const float *q, long q_row, const float *k, const float *v
                 const unsigned char *seen = visible ? visible + (n * g + j) * visible_row : NULL;
                 float top = -INFINITY;
                 for (long s = 0; s < S; ++s) {
-                    if ((b && b[s] == -INFINITY) || (seen && !seen[s])) {  /* hidden: its weight is exp(-inf) = 0 */
-                        w[s] = 0.0f;
+                    if ((b && b[s] == -INFINITY) || (seen && !seen[s])) {  /* hidden: no dot product */
+                        w[s] = -INFINITY;
                         continue;
                     }
                     const float *key = keys + s * k_row;
@@ -62,9 +62,7 @@ static void attention(const float *q, long q_row, const float *k, const float *v
                 }
                 float sum = 0.0f;
                 for (long s = 0; s < S; ++s) {
-                    if ((b && b[s] == -INFINITY) || (seen && !seen[s]))
-                        continue;
-                    w[s] = expf(w[s] - top);
+                    w[s] = expf(w[s] - top);  /* a hidden key's: exp(-inf) = 0 */
                     sum += w[s];
                 }
                 float *o = out + (n * g + j) * H * dk + h * dk;
@@ -212,8 +210,7 @@ static inline void insert(float *best, long *at, long c, float value, long index
 }
 
 void top_candidates(const float *lprobs, const float *offsets, long offset_stride, long live, long g, long V, long c,
-                    float *values,
-                    long *indices, int threads) {
+                    float *values, long *indices, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && live > 1)
     for (long n = 0; n < live; ++n) {
         float *best = values + n * c;
@@ -260,6 +257,10 @@ void top_candidates(const float *lprobs, const float *offsets, long offset_strid
  * cumulative scores (the parent's first step, then the candidate's) are written to parents,
  * new_tokens and new_scores (rows token_stride and score_stride apart). Returns the number of
  * sentences that go on (0 at the last step). */
+static inline int ends_hypothesis(long candidate, float score, long V, long eos) {
+    return candidate % V == eos && score != -INFINITY;
+}
+
 long beam_advance(const float *cand_scores, const long *cand, long live, long C, long g, long V, long k, long eos,
                   long *found, int last, long *ended_live, long *ended_row, float *ended_score, long *n_ended,
                   long *keep, long *parents, const long *tokens, long *new_tokens, long token_stride,
@@ -270,7 +271,7 @@ long beam_advance(const float *cand_scores, const long *cand, long live, long C,
         const long *at = cand + n * C;
         long before = found[n], earlier = 0;  /* earlier: ends among the first k before this one */
         for (long i = 0; i < first; ++i) {
-            if (at[i] % V != eos || value[i] == -INFINITY)
+            if (!ends_hypothesis(at[i], value[i], V, eos))
                 continue;
             if (before + earlier < k) {
                 ended_live[ended] = n;
@@ -286,7 +287,7 @@ long beam_advance(const float *cand_scores, const long *cand, long live, long C,
         found[kept] = found[n];  /* kept <= n: the sentences still to read are not overwritten */
         keep[kept] = n;
         for (long i = 0, j = 0; i < C && j < k; ++i) {
-            if (at[i] % V == eos && value[i] != -INFINITY)
+            if (ends_hypothesis(at[i], value[i], V, eos))
                 continue;
             long row = kept * k + j++, parent = n * g + at[i] / V;
             parents[row] = parent;
