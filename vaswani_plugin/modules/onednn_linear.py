@@ -8,7 +8,8 @@ Measured on an Intel Xeon (family 6, model 167, AVX-512), two threads: MKL runs 
 (forward 270-360 GFLOP/s, oneDNN the same), and it reads transposed operands in place, where
 oneDNN's primitive needs a dense copy of gᵀ and xᵀ for dW = gᵀ x: MKL 260-330 GFLOP/s for that
 product, oneDNN with its copies 150-170. So training's products take oneDNN only where MKL does not
-run at full speed (`MKL_AT_FULL_SPEED`: MKL on an Intel CPU). Decoding's packed weights stay on
+run at full speed (`MKL_AT_FULL_SPEED`: MKL on an Intel CPU), and there only y = x Wᵀ and g W: dW
+takes MKL on every CPU (`_OneDNNLinear`). Decoding's packed weights stay on
 oneDNN, except against a small weight at a few rows (`_mkl_layout`): where MKL runs at full speed,
 oneDNN's per-call cost shows there, and MKL multiplies fastest by a dense transposed copy of the
 weight, [in, out] (kept beside the oneDNN copy, `PackedWeight`), below 128 rows; on a CPU whose
@@ -23,8 +24,8 @@ GEMM's left operand, as stored: W xᵀ, transposed back.
   weight packed once (`PackedWeight`) for a model that only decodes;
 - `decoding_product(layer)`: a packed layer's product for a decoding loop, `linear`'s checks made
   once instead of at every call;
-- `matmul_nt(a, b)`, `add_matmul_tn_(out, a, b)`, `nt_operand(b)`: a @ bᵀ and out += aᵀ b for the
-  fused output loss, through oneDNN where training takes it.
+- `matmul_nt(a, b)`, `add_matmul_tn_(out, a, b)`, `nt_operand(b)`: a @ bᵀ (through oneDNN where
+  training takes it) and out += aᵀ b (MKL) for the fused output loss.
 Packed products (float32, and bfloat16 where the CPU has AVX-512 bf16) take our own kernel first
 (`few_rows_linear`, `_kernel_takes`): up to 8 rows everywhere, every row count off Intel with
 AVX-512. Anything else (CUDA tensors, bfloat16 training) takes plain `F.linear`; results equal
@@ -188,13 +189,9 @@ def matmul_nt(a: Tensor, b: Tensor) -> Tensor:
 
 
 def add_matmul_tn_(out: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """out += a [N, M]ᵀ @ b [N, k] -> [M, k], in place: oneDNN (through dense copies of aᵀ and bᵀ)
-    where training takes it, else one `addmm_` that accumulates inside the GEMM."""
-    if _train_fp32(a, b, out):
-        try:
-            return out.add_(_linear(a.t(), b.t()))
-        except _Unusable:
-            pass
+    """out += a [N, M]ᵀ @ b [N, k] -> [M, k], in place: one `addmm_` that reads the transposed
+    operand in place and accumulates inside the GEMM, on every CPU (`_OneDNNLinear` says why; the
+    big shape's [512 x 32000]ᵀ x [512 x 1024] on Zen 4, two threads: 191 GFLOP/s, oneDNN 129)."""
     return out.addmm_(a.t(), b)
 
 
@@ -231,7 +228,11 @@ def _mkl_layout(rows: int, weight: Tensor, packed: bool) -> str | None:
 
 
 class _OneDNNLinear(torch.autograd.Function):
-    """y = x Wᵀ + b with dy/dx = g W and dW = gᵀ x, every product through oneDNN."""
+    """y = x Wᵀ + b and dy/dx = g W through oneDNN; dW = gᵀ x through torch's mm (MKL), which reads
+    gᵀ in place where oneDNN's linear needs dense copies of gᵀ and xᵀ. AMD EPYC Zen 4, two threads,
+    GFLOP/s (mm / oneDNN with its copies): [4096 x 4096]ᵀ x [4096 x 1024] 192 / 161, [4096 x 1024]ᵀ
+    x [4096 x 4096] 178 / 156, [4096 x 512]ᵀ x [4096 x 2048] 191 / 119; a base training step 9.3-9.5
+    -> 8.6-9.1 s (2 pairs). Intel trains on MKL throughout (`MKL_AT_FULL_SPEED`)."""
 
     @staticmethod
     def forward(ctx, x2, weight, bias):  # x2: [N, k]
@@ -243,7 +244,7 @@ class _OneDNNLinear(torch.autograd.Function):
     def backward(ctx, g):  # g: [N, M]
         x2, weight = ctx.saved_tensors
         grad_x = _linear(g, weight.t()) if ctx.needs_input_grad[0] else None  # [N, k]
-        grad_w = _linear(g.t(), x2.t()) if ctx.needs_input_grad[1] else None  # [M, k]
+        grad_w = torch.mm(g.t(), x2) if ctx.needs_input_grad[1] else None  # [M, k]
         grad_b = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None  # [M]
         return grad_x, grad_w, grad_b
 
