@@ -137,7 +137,7 @@ def backend_summary() -> str:
     """What the model's build logs: which library runs its linear layers."""
     if not _AVAILABLE:
         return "F.linear"
-    training = ("oneDNN" if not MKL_AT_FULL_SPEED
+    training = ("oneDNN forward and dX, MKL dW" if not MKL_AT_FULL_SPEED
                 else "F.linear (MKL: as fast as oneDNN on this Intel CPU, no transposed copies)")
     if KERNEL_FOR_EVERY_ROW_COUNT:
         decoding = "the few-row kernel where a C compiler builds it, else oneDNN with packed weights"
