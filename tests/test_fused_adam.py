@@ -90,6 +90,28 @@ def test_a_state_written_by_either_path_resumes_in_the_other():
         torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-6)
 
 
+def test_the_moments_exist_from_the_start_as_fairseqs_first_update_would_make_them():
+    """Allocated when the optimizer is built (module docstring: the heap's layout), they are the
+    zeros and step 0 fairseq's loop creates at its first update: from there, its updates are equal."""
+    eager, lazy = _params(), _params()
+    eager_opt, lazy_opt = Adam(eager, **HYPER), Adam(lazy, **HYPER)
+    for p in eager:
+        state = eager_opt.state[p]
+        assert state["step"] == 0 and state["exp_avg"].shape == state["exp_avg_sq"].shape == p.shape
+        assert not state["exp_avg"].any() and not state["exp_avg_sq"].any()
+    lazy_opt.state.clear()  # fairseq's own start: no state before the first update
+    for t in range(3):
+        for p, q in zip(eager, lazy):
+            p.grad = torch.randn(p.shape)
+            q.grad = p.grad.clone()
+        fused_adam_cpu._fairseq_step(eager_opt)
+        fused_adam_cpu._fairseq_step(lazy_opt)
+    for p, q in zip(eager, lazy):
+        assert torch.equal(p, q)
+        assert all(torch.equal(torch.as_tensor(eager_opt.state[p][k]), torch.as_tensor(lazy_opt.state[q][k]))
+                   for k in ("step", "exp_avg", "exp_avg_sq"))
+
+
 @pytest.mark.parametrize("case", ["amsgrad", "bfloat16 parameters"])
 def test_what_the_kernel_does_not_take_runs_fairseqs_loop(case, monkeypatch):
     amsgrad = case == "amsgrad"
@@ -97,6 +119,7 @@ def test_what_the_kernel_does_not_take_runs_fairseqs_loop(case, monkeypatch):
     for p in params:
         p.grad = torch.randn(p.shape).to(p.dtype)
     opt = Adam(params, amsgrad=amsgrad, **HYPER)
+    assert not opt.state  # fairseq's loop makes the state, at the first update
     called = []
     monkeypatch.setattr(fused_adam_cpu, "_fused_group_step", lambda *a: called.append(a))
     opt.step()
