@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .onednn_linear import add_matmul_tn_, matmul_nt, nt_operand
+from .onednn_linear import add_matmul_tn_, matmul_nt
 
 # Measured on the base shape (4,096 tokens, d 512, V 32k, one AVX-512 CPU thread, forward + backward,
 # CPU seconds) on an AMD EPYC: unfused 5.1 s fp32 / 2.5 s bf16 and +1.46 GB peak RSS; chunks of 2,048,
@@ -64,13 +64,17 @@ def _logit_grad_(p: Tensor, t: Tensor, scale, off, gold) -> Tensor:
     return g.scatter_add_(-1, t.unsqueeze(-1), (-gold).expand(t.size(0), 1))
 
 
-def _add_grads(g: Tensor, x: Tensor, weight_t: Tensor | None, rows: slice, grad_x: Tensor | None,
+def _add_grads(g: Tensor, x: Tensor, weight: Tensor, rows: slice, grad_x: Tensor | None,
                grad_w: Tensor | None) -> None:
-    """grad_x[rows] = g W and grad_w += gᵀ x for one chunk's logit gradient g [c, V]; weight_t is
-    Wᵀ [d, V] prepared once per call by `nt_operand` (None when grad_x is)."""
+    """grad_x[rows] = g W and grad_w += gᵀ x for one chunk's logit gradient g [c, V].
+
+    g W by torch's mm, which reads W [V, d] as it is stored. oneDNN needs W's dense transposed copy
+    for it, and that copy ([d, V], 131 MB at the big shape) was alive at the training step's peak.
+    AMD EPYC Zen 4, two threads, [512 x 32000] x [32000 x 1024]: mm 145-185 GFLOP/s, oneDNN 145-200
+    with the copy made once per call (its 30 ms shared by 8 chunks)."""
     g = g.to(x.dtype)  # the matmuls run in the inputs' dtype, as the unfused path's backward does
     if grad_x is not None:
-        grad_x[rows] = matmul_nt(g, weight_t)  # [c, d]
+        torch.mm(g, weight, out=grad_x[rows])  # [c, d]
     if grad_w is not None:
         if g.dtype == grad_w.dtype:
             add_matmul_tn_(grad_w, g, x)  # [V, d]
@@ -96,7 +100,6 @@ class _FusedOutputLoss(torch.autograd.Function):
         lse = features.new_empty(features.size(0), dtype=fp)  # [N], for a recomputing backward
         off = epsilon / (vocab - 1)  # smoothed weight of every non-gold class
         grad_x, grad_w = _grad_buffers(features, weight, grads_now[0], grads_now[1], fp)
-        weight_t = nt_operand(weight.t()) if grad_x is not None else None  # [d, V]
         for start in range(0, features.size(0), chunk_tokens):
             rows = slice(start, start + chunk_tokens)
             x, t = features[rows], target[rows]
@@ -109,7 +112,7 @@ class _FusedOutputLoss(torch.autograd.Function):
             if any(grads_now):  # gradient of the loss alone (g_loss = 1, g_nll = 0) while p is at hand
                 p_scale = e_sum.reciprocal().unsqueeze(-1)  # [c, 1]: e * p_scale = softmax
                 g = _logit_grad_(e, t, p_scale, off, 1.0 - epsilon - off)
-                _add_grads(g, x, weight_t, rows, grad_x, grad_w)
+                _add_grads(g, x, weight, rows, grad_x, grad_w)
         if any(grads_now):
             ctx.save_for_backward(features, weight, target, grad_x, grad_w)
         else:
@@ -126,13 +129,12 @@ class _FusedOutputLoss(torch.autograd.Function):
         eps, off = ctx.epsilon, ctx.epsilon / (weight.size(0) - 1)
         g_loss, g_nll = grad_loss.to(lse.dtype), grad_nll.to(lse.dtype)
         grad_x, grad_w = _grad_buffers(features, weight, *ctx.needs_input_grad[:2], lse.dtype)
-        weight_t = nt_operand(weight.t()) if grad_x is not None else None  # [d, V]
         for start in range(0, features.size(0), ctx.chunk_tokens):
             rows = slice(start, start + ctx.chunk_tokens)
             x, t = features[rows], target[rows]
             p = _logits(x, weight).sub_(lse[rows].unsqueeze(-1)).exp_()  # [c, V], recomputed
             g = _logit_grad_(p, t, g_loss + g_nll, g_loss * off, g_loss * (1.0 - eps - off) + g_nll)
-            _add_grads(g, x, weight_t, rows, grad_x, grad_w)
+            _add_grads(g, x, weight, rows, grad_x, grad_w)
         return grad_x, None if grad_w is None else grad_w.to(weight.dtype), None, None, None, None, None
 
 
