@@ -20,7 +20,8 @@ eps / sqrt(1 - b2^t), which makes the two equal. Float rounding differs (another
 operations): tests/test_fused_adam.py holds it to fairseq's loop.
 
 The moments of those parameters are allocated when the optimizer is built (zeros, step 0: what
-fairseq's loop creates at the first update), not after the first backward. Made there, the 2 x
+fairseq's loop creates at the first update), not after the first backward; a parameter that never
+gets a gradient holds them too, where fairseq's loop would make none. Made there, the 2 x
 parameters of state landed in the holes the first step's activations had left, and every later
 step's activations then went around them. The big shape's peak RSS in process (AMD EPYC Zen 4,
 third step), lazily / allocated first: vaswani_transformer_big 6,589 / 6,320 MB, fairseq's
