@@ -59,8 +59,17 @@ def _fusable(group) -> bool:
     """Every parameter with a gradient is float32 on the CPU, its gradient dense float32; no amsgrad."""
     if group.get("amsgrad", False):
         return False
-    return all(p.device.type == "cpu" and p.dtype == torch.float32 and p.grad.dtype == torch.float32
-               and not p.grad.is_sparse for p in group["params"] if p.grad is not None)
+    return all(_float32_on_cpu(p) and p.grad.dtype == torch.float32 and not p.grad.is_sparse
+               for p in group["params"] if p.grad is not None)
+
+
+def _float32_on_cpu(p) -> bool:
+    return p.device.type == "cpu" and p.dtype == torch.float32
+
+
+def _zero_moments(p) -> dict:
+    """The state fairseq's loop gives a parameter at its first update."""
+    return {"step": 0, "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
 
 
 def __init__(self, params, *args, **kwargs):
@@ -68,9 +77,9 @@ def __init__(self, params, *args, **kwargs):
     docstring); amsgrad groups are left to fairseq's loop."""
     _fairseq_init(self, params, *args, **kwargs)
     for group in self.param_groups:
-        for p in group["params"]:
-            if not group["amsgrad"] and p.device.type == "cpu" and p.dtype == torch.float32:
-                self.state[p].update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+        if not group.get("amsgrad", False):
+            for p in filter(_float32_on_cpu, group["params"]):
+                self.state[p].update(_zero_moments(p))
 
 
 def _fused_group_step(state, group) -> None:
@@ -81,10 +90,8 @@ def _fused_group_step(state, group) -> None:
         if p.grad is None:
             continue
         s = state[p]
-        if len(s) == 0:
-            s["step"] = 0
-            s["exp_avg"] = torch.zeros_like(p)
-            s["exp_avg_sq"] = torch.zeros_like(p)
+        if len(s) == 0:  # a parameter added, or a state loaded, after the optimizer was built
+            s.update(_zero_moments(p))
         s["step"] += 1
         by_step[s["step"]].append((p, s))
     for step, members in by_step.items():

@@ -24,8 +24,8 @@ GEMM's left operand, as stored: W xᵀ, transposed back.
   weight packed once (`PackedWeight`) for a model that only decodes;
 - `decoding_product(layer)`: a packed layer's product for a decoding loop, `linear`'s checks made
   once instead of at every call;
-- `matmul_nt(a, b)`, `add_matmul_tn_(out, a, b)`: a @ bᵀ (through oneDNN where
-  training takes it) and out += aᵀ b (MKL) for the fused output loss.
+- `matmul_nt(a, b)`, `add_matmul_tn_(out, a, b)`: a @ bᵀ (through oneDNN where training takes it)
+  and out += aᵀ b (MKL) for the fused output loss.
 Packed products (float32, and bfloat16 where the CPU has AVX-512 bf16) take our own kernel first
 (`few_rows_linear`, `_kernel_takes`): up to 8 rows everywhere, every row count off Intel with
 AVX-512. Anything else (CUDA tensors, bfloat16 training) takes plain `F.linear`; results equal
