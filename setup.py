@@ -15,7 +15,7 @@ setup(
     long_description=long_description,
     long_description_content_type="text/markdown",
     packages=find_packages(include=["vaswani_plugin", "vaswani_plugin.*"]),
-    package_data={"vaswani_plugin.modules": ["few_rows_linear.c", "decoding_kernels.c"]},  # compiled where it is used
+    package_data={"vaswani_plugin.modules": ["few_rows_linear.c", "decoding_kernels.c", "block_pool.cpp"]},  # compiled where it is used
     python_requires=">=3.8",
     install_requires=[
         # Install torch==2.13.0 (a CPU build) first on CPU-only machines: a bare requirement
