@@ -98,6 +98,23 @@ def test_steps_of_the_same_shapes_map_nothing_after_the_first():
     assert maps[0] == 24 and maps[1:] == [24, 24, 24]
 
 
+PROFILED = HEADER + """
+from torch.profiler import ProfilerActivity, profile
+with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    block = torch.empty(24 * 2 ** 20 // 4)
+    del block
+print(said, *(f"{e.name} {e.cpu_memory_usage}" for e in prof.events()), sep="\\n")
+"""
+
+
+def test_the_profilers_memory_events_see_pool_blocks_at_their_requested_size():
+    """torch.profiler(profile_memory=True) reports a pool block as c10's own allocator reports it:
+    the tensor's bytes (not the pool's rounded size) allocated by aten::empty, then released."""
+    said, *pooled = _run(PROFILED)
+    _, *malloc_only = _run(PROFILED, MALLOC_ARENA_MAX="8")
+    assert "from the block pool" in said
+    assert pooled == malloc_only == ["aten::empty 25165824", "[memory] -25165824"]
+
 TRAIN = HEADER + """
 import torch.nn as nn
 torch.manual_seed(0)

@@ -38,6 +38,7 @@ class BlockPool final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     if (n < large_) return small_->allocate(n);
     void* data = take(block_size(n));
+    c10::profiledCPUMemoryReporter().New(data, n);  // torch.profiler's profile_memory sees it, as with c10's own
     return {data, data, &give_back, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &give_back; }
@@ -57,6 +58,7 @@ class BlockPool final : public c10::Allocator {
     }
     size_t size = found->second;
     sizes_.erase(found);
+    c10::profiledCPUMemoryReporter().Delete(data);
     live_ -= size;
     kept_bytes_ += size;
     kept_.push_back({data, size, ++frees_});
