@@ -138,8 +138,6 @@ def test_where_mkl_runs_at_full_speed_training_products_are_f_linear_and_decodin
     assert torch.equal(lin(x), F.linear(x, lin.weight, lin.bias))  # bitwise: the same library call
     a, b = torch.randn(6, 8), torch.randn(5, 8)
     assert torch.equal(onednn_linear.matmul_nt(a, b), a @ b.t())
-    out, g = torch.randn(5, 8), torch.randn(6, 5)
-    torch.testing.assert_close(onednn_linear.add_matmul_tn_(out.clone(), g, a), out + g.t() @ a)
     assert calls == []
     if onednn_linear.onednn_available():
         onednn_linear.use_onednn_linears_(lin, pack=True)
@@ -219,13 +217,3 @@ def test_the_transposed_copy_follows_a_changed_weight_and_leaves_the_parameter_a
     with torch.inference_mode():
         torch.testing.assert_close(lin(x), F.linear(x, ref.weight), rtol=1e-5, atol=1e-5)
     assert lin.weight.stride() == (8, 1) and torch.equal(lin.weight, ref.weight)
-
-
-@pytest.mark.parametrize("mkl_at_full_speed", [False, True])
-def test_add_matmul_tn_accumulates_a_transposed_product_in_place(monkeypatch, mkl_at_full_speed):
-    monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", mkl_at_full_speed)
-    out, a, b = torch.randn(7, 3), torch.randn(11, 7), torch.randn(11, 3)
-    expected = out + torch.einsum("nm,nk->mk", a, b)
-    result = onednn_linear.add_matmul_tn_(out, a, b)
-    assert result is out
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)

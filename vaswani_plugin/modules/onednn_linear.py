@@ -24,8 +24,7 @@ GEMM's left operand, as stored: W xᵀ, transposed back.
   weight packed once (`PackedWeight`) for a model that only decodes;
 - `decoding_product(layer)`: a packed layer's product for a decoding loop, `linear`'s checks made
   once instead of at every call;
-- `matmul_nt(a, b)`, `add_matmul_tn_(out, a, b)`: a @ bᵀ (through oneDNN where training takes it)
-  and out += aᵀ b (MKL) for the fused output loss.
+- `matmul_nt(a, b)`: a @ bᵀ (through oneDNN where training takes it) for the fused output loss.
 Packed products (float32, and bfloat16 where the CPU has AVX-512 bf16) take our own kernel first
 (`few_rows_linear`, `_kernel_takes`): up to 8 rows everywhere, every row count off Intel with
 AVX-512. Anything else (CUDA tensors, bfloat16 training) takes plain `F.linear`; results equal
@@ -186,13 +185,6 @@ def matmul_nt(a: Tensor, b: Tensor) -> Tensor:
         except _Unusable:
             pass
     return a @ b.t()
-
-
-def add_matmul_tn_(out: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """out += a [N, M]ᵀ @ b [N, k] -> [M, k], in place: one `addmm_` that reads the transposed
-    operand in place and accumulates inside the GEMM, on every CPU (`_OneDNNLinear` says why; the
-    big shape's [512 x 32000]ᵀ x [512 x 1024] on Zen 4, two threads: 191 GFLOP/s, oneDNN 129)."""
-    return out.addmm_(a.t(), b)
 
 
 def _mkl_layout(rows: int, weight: Tensor, packed: bool) -> str | None:
