@@ -115,6 +115,7 @@ def test_the_profilers_memory_events_see_pool_blocks_at_their_requested_size():
     assert "from the block pool" in said
     assert pooled == malloc_only == ["aten::empty 25165824", "[memory] -25165824"]
 
+
 TRAIN = HEADER + """
 import torch.nn as nn
 torch.manual_seed(0)
