@@ -2,19 +2,28 @@
 
 A kernel is one C file in this folder, compiled on first use with the system's C compiler (`$CC`,
 else `cc`) for this CPU (`-O3 -march=native -fopenmp`: its widest vectors, and OpenMP threads from
-the libgomp that torch has loaded), in a temporary directory, and loaded with ctypes (which
-releases the GIL during a call). `compile_c_library` returns the library, or None with the reason,
-which the kernel's module logs in one line before its products fall back to torch.
-`compile_torch_library` does the same for a C++ file that uses torch's own C++ API.
+the libgomp that torch has loaded), and loaded with ctypes (which releases the GIL during a call).
+`compile_c_library` returns the library, or None with the reason, which the kernel's module logs in
+one line before its products fall back to torch. `compile_torch_library` does the same for a C++
+file that uses torch's own C++ API.
+
+Built libraries are kept in `$XDG_CACHE_HOME/vaswani_plugin` (else `~/.cache/vaswani_plugin`), named
+by a hash of everything the build depends on: the sources' bytes, the compiler (its path, size and
+time), the flags, the CPU (its model and feature flags: `-march=native` builds for this CPU only)
+and, for C++, torch's version. A process that finds its library there loads it without compiling
+(the builds took ~2 s of each fairseq-train/-generate/-interactive start); a changed source, another
+compiler, CPU or torch builds anew. Where the cache cannot be written, a temporary directory serves.
 """
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 
@@ -35,18 +44,60 @@ def compile_torch_library(source: str) -> Tuple[Optional[ctypes.CDLL], str]:
     lib = library_paths()[0]
     flags = ("-O2", "-std=c++17", "-shared", "-fPIC", abi, *(f"-I{path}" for path in include_paths()),
              f"-L{lib}", "-lc10", f"-Wl,-rpath,{lib}")
-    return _build("C++", os.environ.get("CXX", "c++"), flags, [source])
+    return _build("C++", os.environ.get("CXX", "c++"), flags, [source], torch.__version__)
 
 
-def _build(language: str, compiler: str, flags, sources) -> Tuple[Optional[ctypes.CDLL], str]:
-    if shutil.which(compiler) is None:
+def _cache_dir() -> str:
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vaswani_plugin")
+
+
+def _build(language: str, compiler: str, flags, sources, *depends_on: str) -> Tuple[Optional[ctypes.CDLL], str]:
+    compiler_path = shutil.which(compiler)
+    if compiler_path is None:
         return None, f"no {language} compiler {compiler!r}; set {'CC' if language == 'C' else 'CXX'}"
     name = os.path.splitext(os.path.basename(sources[0]))[0]
-    with tempfile.TemporaryDirectory(prefix=f"vaswani_{name}_") as build_dir:
+    kept = os.path.join(_cache_dir(), f"{name}-{_build_hash(compiler_path, flags, sources, depends_on)}.so")
+    if os.path.exists(kept):
+        try:
+            return ctypes.CDLL(kept), ""
+        except OSError:  # a damaged file (a full disk, say): build it again
+            pass
+    try:
+        os.makedirs(_cache_dir(), exist_ok=True)
+        build_dir = tempfile.mkdtemp(prefix=f"{name}-", dir=_cache_dir())
+    except OSError:  # no writable cache: build where the temporary files go, keep nothing
+        build_dir, kept = tempfile.mkdtemp(prefix=f"vaswani_{name}_"), None
+    try:
         library = os.path.join(build_dir, f"{name}.so")
         # flags after the sources: the linker takes libraries (-lc10) after the objects that use them
         done = subprocess.run([compiler, *sources, *flags, "-o", library], capture_output=True, text=True)
         if done.returncode != 0:
             first_error = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip())
             return None, f"{compiler} {' '.join(flags[:3])} ... failed: {first_error[:200]}"
-        return ctypes.CDLL(library), ""  # loaded: the file may go with its directory
+        if kept is not None:
+            os.replace(library, kept)  # atomic: a process building the same library at once loses nothing
+            library = kept
+        return ctypes.CDLL(library), ""  # loaded: a file removed later stays mapped
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)
+
+
+def _build_hash(compiler_path: str, flags, sources: Sequence[str], depends_on: Sequence[str]) -> str:
+    digest = hashlib.sha256()
+    compiler = os.stat(os.path.realpath(compiler_path))
+    for part in (os.path.realpath(compiler_path), compiler.st_size, compiler.st_mtime_ns, *flags, _cpu(), *depends_on):
+        digest.update(f"{part}\0".encode())
+    for source in sources:
+        with open(source, "rb") as file:
+            digest.update(file.read())
+    return digest.hexdigest()[:20]
+
+
+def _cpu() -> str:
+    """The CPU's model and feature flags (what -march=native reads), from /proc/cpuinfo where there is one."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            lines = [line for line in info if line.startswith(("vendor_id", "model name", "flags", "cpu family", "model\t"))]
+        return "".join(sorted(set(lines)))
+    except OSError:
+        return platform.processor() + platform.machine()
