@@ -179,7 +179,6 @@ class BeamDecodingStep:
         self.memory_padding_mask = memory_padding_mask
         self.memory_bias = _padding_bias(self.memory_padding_mask, self.heads, self.memory_kv[0][0].dtype)
 
-
     def keep_sentences(self, sentences: Tensor) -> None:
         """Only `sentences` (indices of the live ones, in order) go on."""
         for cache in self.self_kv:
