@@ -22,9 +22,9 @@ come from malloc: `block_pool.cpp`, torch's CPU allocator from then on, maps eac
 keeps it when freed and hands it to the next request of about its size (at most a 16th larger;
 sizes are rounded up to a 32nd of their power of two, so successive batches share blocks), and
 unmaps its oldest kept blocks before it would map beyond the most bytes ever live plus a 32nd. The
-same six steps: 6,012-6,031 MB, flat; through fairseq-train (benchmarks/train_step.py --cli, two
-pairs each) peak RSS went 6,535 -> 5,825-5,831 MB at the big shape and 3,174 -> 2,696 MB at the
-base shape. Small blocks stay with malloc and the settings above.
+same six steps: 5,832-5,853 MB, flat (5,831-5,844 in a later run); through fairseq-train
+(benchmarks/train_step.py --cli, two pairs each) peak RSS went 6,535 -> 5,825-5,831 MB at the big
+shape and 3,174 -> 2,696 MB at the base shape. Small blocks stay with malloc and the settings above.
 
 `keep_freed_memory()` (the model's build calls it) does both once per process: mallopt's
 M_MMAP_MAX 0 (no block is mapped on its own; the heap serves all) and M_TRIM_THRESHOLD the most it
