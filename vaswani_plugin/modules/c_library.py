@@ -13,17 +13,19 @@ time), the flags, the CPU (its model and feature flags: `-march=native` builds f
 and, for C++, torch's version. A process that finds its library there loads it without compiling
 (the builds took ~2 s of each fairseq-train/-generate/-interactive start); a changed source, another
 compiler, CPU or torch builds anew. Where the cache cannot be written, a temporary directory serves.
+`cpu_fields` reads /proc/cpuinfo once for this key and for `onednn_linear`'s vendor rule.
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
-from typing import Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 
@@ -47,8 +49,17 @@ def compile_torch_library(source: str) -> Tuple[Optional[ctypes.CDLL], str]:
     return _build("C++", os.environ.get("CXX", "c++"), flags, [source], torch.__version__)
 
 
-def _cache_dir() -> str:
-    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vaswani_plugin")
+@functools.lru_cache(maxsize=None)
+def cpu_fields() -> Dict[str, str]:
+    """The first CPU's fields in /proc/cpuinfo ("vendor_id", "cpu family", "model", "model name",
+    "flags", ...), read once; {} where there is no such file."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            first_cpu = info.read().split("\n\n", 1)[0]
+    except OSError:
+        return {}
+    return {key.strip(): value.strip() for key, colon, value in (line.partition(":") for line in first_cpu.splitlines())
+            if colon}
 
 
 def _build(language: str, compiler: str, flags, sources, *depends_on: str) -> Tuple[Optional[ctypes.CDLL], str]:
@@ -56,15 +67,16 @@ def _build(language: str, compiler: str, flags, sources, *depends_on: str) -> Tu
     if compiler_path is None:
         return None, f"no {language} compiler {compiler!r}; set {'CC' if language == 'C' else 'CXX'}"
     name = os.path.splitext(os.path.basename(sources[0]))[0]
-    kept = os.path.join(_cache_dir(), f"{name}-{_build_hash(compiler_path, flags, sources, depends_on)}.so")
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vaswani_plugin")
+    kept = os.path.join(cache, f"{name}-{_build_hash(compiler_path, flags, sources, depends_on)}.so")
     if os.path.exists(kept):
         try:
             return ctypes.CDLL(kept), ""
         except OSError:  # a damaged file (a full disk, say): build it again
             pass
     try:
-        os.makedirs(_cache_dir(), exist_ok=True)
-        build_dir = tempfile.mkdtemp(prefix=f"{name}-", dir=_cache_dir())
+        os.makedirs(cache, exist_ok=True)
+        build_dir = tempfile.mkdtemp(prefix=f"{name}-", dir=cache)
     except OSError:  # no writable cache: build where the temporary files go, keep nothing
         build_dir, kept = tempfile.mkdtemp(prefix=f"vaswani_{name}_"), None
     try:
@@ -84,8 +96,9 @@ def _build(language: str, compiler: str, flags, sources, *depends_on: str) -> Tu
 
 def _build_hash(compiler_path: str, flags, sources: Sequence[str], depends_on: Sequence[str]) -> str:
     digest = hashlib.sha256()
-    compiler = os.stat(os.path.realpath(compiler_path))
-    for part in (os.path.realpath(compiler_path), compiler.st_size, compiler.st_mtime_ns, *flags, _cpu(), *depends_on):
+    compiler = os.path.realpath(compiler_path)
+    stat = os.stat(compiler)
+    for part in (compiler, stat.st_size, stat.st_mtime_ns, *flags, _cpu(), *depends_on):
         digest.update(f"{part}\0".encode())
     for source in sources:
         with open(source, "rb") as file:
@@ -94,10 +107,8 @@ def _build_hash(compiler_path: str, flags, sources: Sequence[str], depends_on: S
 
 
 def _cpu() -> str:
-    """The CPU's model and feature flags (what -march=native reads), from /proc/cpuinfo where there is one."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            lines = [line for line in info if line.startswith(("vendor_id", "model name", "flags", "cpu family", "model\t"))]
-        return "".join(sorted(set(lines)))
-    except OSError:
+    """What -march=native builds for: the CPU's vendor, family, model and feature flags."""
+    fields = cpu_fields()
+    if not fields:
         return platform.processor() + platform.machine()
+    return "\n".join(f"{key}: {fields.get(key, '')}" for key in ("vendor_id", "cpu family", "model", "model name", "flags"))

@@ -56,6 +56,7 @@ from torch import Tensor, nn
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks  # read by every Module call
 
 from . import few_rows_linear
+from .c_library import cpu_fields
 
 logger = logging.getLogger(__name__)
 
@@ -93,11 +94,7 @@ def onednn_available() -> bool:
 
 def _cpu_vendor() -> str:
     """/proc/cpuinfo's vendor_id ("GenuineIntel", "AuthenticAMD"), "" where there is none."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("vendor_id")), "")
-    except OSError:
-        return ""
+    return cpu_fields().get("vendor_id", "")
 
 
 def _mkl_at_full_speed() -> bool:
