@@ -79,3 +79,35 @@ def test_without_a_writable_cache_the_library_is_built_and_nothing_kept(tmp_path
     source = tmp_path / "combine.c"
     assert _combine(source, ADD) == 13 and _combine(source, ADD) == 13
     assert counted_cc() == 2 and not (tmp_path / "cache").exists()
+
+
+def test_a_build_removes_the_same_kernels_libraries_unused_for_thirty_days(tmp_path, counted_cc):
+    cache = tmp_path / "cache" / "vaswani_plugin"
+    cache.mkdir(parents=True)
+    day = 86400
+    now = os.path.getmtime(cache)
+    files = {"combine-0123456789abcdef0123.so": 31, "combine-fedcba9876543210fedc.so": 29,
+             "other-0123456789abcdef0123.so": 400}
+    for name, days_unused in files.items():
+        (cache / name).write_bytes(b"an earlier build")
+        os.utime(cache / name, (now - days_unused * day,) * 2)
+    left_by_a_killed_build = cache / "combine-k1ll3d"
+    left_by_a_killed_build.mkdir()
+    (left_by_a_killed_build / "combine.so").write_bytes(b"half written")
+    os.utime(left_by_a_killed_build, (now - 31 * day,) * 2)
+    source = tmp_path / "combine.c"
+    assert _combine(source, ADD) == 13 and counted_cc() == 1
+    left = sorted(path.name for path in cache.iterdir())
+    assert "combine-0123456789abcdef0123.so" not in left and "combine-k1ll3d" not in left  # unused 31 days
+    assert "combine-fedcba9876543210fedc.so" in left and "other-0123456789abcdef0123.so" in left  # 29; another
+    assert len(left) == 3  # and the new build
+
+
+def test_loading_a_kept_library_marks_it_used(tmp_path, counted_cc):
+    source = tmp_path / "combine.c"
+    assert _combine(source, ADD) == 13
+    (kept,) = (tmp_path / "cache" / "vaswani_plugin").iterdir()
+    long_ago = os.path.getmtime(kept) - 100 * 86400
+    os.utime(kept, (long_ago, long_ago))
+    assert _combine_in_a_new_process(source) == 13 and counted_cc() == 1
+    assert os.path.getmtime(kept) > long_ago + 99 * 86400  # a later build of another source keeps it

@@ -12,7 +12,10 @@ by a hash of everything the build depends on: the sources' bytes, the compiler (
 time), the flags, the CPU (its model and feature flags: `-march=native` builds for this CPU only)
 and, for C++, torch's version. A process that finds its library there loads it without compiling
 (the builds took ~2 s of each fairseq-train/-generate/-interactive start); a changed source, another
-compiler, CPU or torch builds anew. Where the cache cannot be written, a temporary directory serves.
+compiler, CPU or torch builds anew. Loading a kept library marks it used (its time); a build removes
+the same kernel's libraries unused for `UNUSED_DAYS` (the builds of an earlier source, compiler or
+torch), so the cache does not grow with every upgrade while two CPUs sharing a home keep their own.
+Where the cache cannot be written, a temporary directory serves.
 `cpu_fields` reads /proc/cpuinfo once for this key and for `onednn_linear`'s vendor rule.
 """
 from __future__ import annotations
@@ -25,9 +28,11 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import time
 from typing import Dict, Optional, Sequence, Tuple
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+UNUSED_DAYS = 30  # a kept library not loaded for this long is removed when its kernel is built again
 
 
 def compile_c_library(source: str, *also: str) -> Tuple[Optional[ctypes.CDLL], str]:
@@ -71,9 +76,12 @@ def _build(language: str, compiler: str, flags, sources, *depends_on: str) -> Tu
     kept = os.path.join(cache, f"{name}-{_build_hash(compiler_path, flags, sources, depends_on)}.so")
     if os.path.exists(kept):
         try:
-            return ctypes.CDLL(kept), ""
+            library = ctypes.CDLL(kept)
         except OSError:  # a damaged file (a full disk, say): build it again
             pass
+        else:
+            _mark_used(kept)
+            return library, ""
     try:
         os.makedirs(cache, exist_ok=True)
         build_dir = tempfile.mkdtemp(prefix=f"{name}-", dir=cache)
@@ -89,9 +97,34 @@ def _build(language: str, compiler: str, flags, sources, *depends_on: str) -> Tu
         if kept is not None:
             os.replace(library, kept)  # atomic: a process building the same library at once loses nothing
             library = kept
+            _remove_unused(cache, name)
         return ctypes.CDLL(library), ""  # loaded: a file removed later stays mapped
     finally:
         shutil.rmtree(build_dir, ignore_errors=True)
+
+
+def _mark_used(path: str) -> None:
+    try:
+        os.utime(path)
+    except OSError:  # a read-only cache still serves
+        pass
+
+
+def _remove_unused(cache: str, name: str) -> None:
+    """Removes `name`'s kept libraries, and build folders a killed process left, unused for UNUSED_DAYS."""
+    oldest_kept = time.time() - UNUSED_DAYS * 86400
+    for entry in os.scandir(cache):
+        if not entry.name.startswith(f"{name}-"):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime >= oldest_kept:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.remove(entry.path)
+        except OSError:  # another process removed it first, or it is not ours to remove
+            pass
 
 
 def _build_hash(compiler_path: str, flags, sources: Sequence[str], depends_on: Sequence[str]) -> str:
