@@ -121,7 +121,10 @@ def _kernel_for_every_row_count() -> bool:
     on an AVX-512 CPU. AMD EPYC Zen 4, one thread, a 3+3 d=256 decoder's 19 weights, ms (oneDNN
     packed / kernel): 16 rows 2.27 / 2.24, 256 rows 24.0-32.9 / 24.2-24.8, 1,024 rows 99.9 / 96.3; oneDNN
     makes a primitive for every new row count (~0.3 ms each). Batch 64, end to end: 66-67 against
-    58-61 sentences/s with the kernel up to 8 rows only. Not measured on Intel or AVX2 CPUs
+    58-61 sentences/s with the kernel up to 8 rows only. Intel Xeon (family 6, model 167), one
+    thread, batch 64, alternating passes (kernel at every row count / up to 8 rows): the 3+3 model
+    94.8 / 89.5 sentences/s, the base shape (d 512, 32k dictionary) 11.0 / 12.1, so not on Intel,
+    where MKL and oneDNN run larger products at full speed. Not measured on AVX2 CPUs
     (benchmarks/linear_micro.py measures a CPU's row counts)."""
     return not MKL_AT_FULL_SPEED and torch.backends.cpu.get_cpu_capability() == "AVX512"
 
