@@ -205,6 +205,7 @@ def test_the_encoder_in_c_equals_its_forward_on_a_ragged_batch(model_and_batch, 
     model, d, sample = model_and_batch
     packed = use_onednn_linears_(copy.deepcopy(model), pack=True)
     src = sample["net_input"]["src_tokens"]
+    monkeypatch.setattr(onednn_linear, "KERNEL_FOR_EVERY_ROW_COUNT", True)  # 99 rows in C, as off Intel
     with torch.no_grad():
         ours, reference = encode(packed.encoder, src), model.encoder(src)
         assert encode(model.encoder, src) is None  # not packed
