@@ -49,6 +49,7 @@ def test_the_kernel_equals_f_linear_in_float64(threads):
 def test_decoding_products_take_the_kernel_up_to_max_rows_and_follow_a_changed_weight(monkeypatch, every_row_count):
     monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", False)
     monkeypatch.setattr(onednn_linear, "KERNEL_FOR_EVERY_ROW_COUNT", every_row_count)
+    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", few_rows_linear.MAX_ROWS)  # as off AVX2: 9 rows not
     lin = torch.nn.Linear(32, 40)
     onednn_linear.use_onednn_linears_(lin, pack=True)
     used = []
@@ -65,6 +66,29 @@ def test_decoding_products_take_the_kernel_up_to_max_rows_and_follow_a_changed_w
         torch.testing.assert_close(product(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)  # and linear()
     assert set(lin.packed.copies) == ({"panels"} if every_row_count else {"panels", "oneDNN"})
+
+
+@needs_kernel
+@pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
+@pytest.mark.parametrize("capability, max_rows", [("AVX2", 32), ("AVX512", 8)])
+def test_the_kernel_takes_up_to_32_rows_on_avx2_cpus_and_8_elsewhere(monkeypatch, capability, max_rows):
+    """On AVX2 CPUs (4 rows a pass) the kernel beat oneDNN's packed weights up to ~32 rows on an AMD
+    EPYC Zen 3 (onednn_linear._kernel_max_rows); with AVX-512, 8 rows (one pass)."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", False)
+    monkeypatch.setattr(onednn_linear, "KERNEL_FOR_EVERY_ROW_COUNT", False)
+    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", onednn_linear._kernel_max_rows())
+    lin = torch.nn.Linear(32, 40)
+    onednn_linear.use_onednn_linears_(lin, pack=True)
+    used = []
+    record_kernel_rows(monkeypatch, lambda x2: used.append(x2.size(0)))
+    product = onednn_linear.decoding_product(lin)
+    with torch.inference_mode():
+        for rows in (8, 9, 32, 33):
+            x = torch.randn(rows, 32)
+            torch.testing.assert_close(product(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+    assert used == [rows for rows in (8, 9, 32, 33) if rows <= max_rows]
+    assert f"up to {max_rows} rows by the few-row kernel" in onednn_linear.backend_summary()
 
 
 @pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")

@@ -26,9 +26,9 @@ GEMM's left operand, as stored: W xᵀ, transposed back.
   once instead of at every call;
 - `matmul_nt(a, b)`: a @ bᵀ (through oneDNN where training takes it) for the fused output loss.
 Packed products (float32, and bfloat16 where the CPU has AVX-512 bf16) take our own kernel first
-(`few_rows_linear`, `_kernel_takes`): up to 8 rows everywhere, every row count off Intel with
-AVX-512. Anything else (CUDA tensors, bfloat16 training) takes plain `F.linear`; results equal
-`F.linear`'s up to float rounding (another summation order).
+(`few_rows_linear`, `_kernel_takes`): up to 8 rows (32 on AVX2 CPUs: `KERNEL_MAX_ROWS`), every row
+count off Intel with AVX-512. Anything else (CUDA tensors, bfloat16 training) takes plain
+`F.linear`; results equal `F.linear`'s up to float rounding (another summation order).
 
 oneDNN keeps every primitive it creates, one per distinct product shape, in a cache of 1,024 by
 default, and torch's oneDNN layer (ideep) keeps them in a cache of its own besides. Each primitive
@@ -99,7 +99,9 @@ def _cpu_vendor() -> str:
 
 def _mkl_at_full_speed() -> bool:
     """MKL is there, on its own vendor's CPU: training's products and decoding's smallest take it
-    (module docstring); oneDNN's everywhere else."""
+    (module docstring); oneDNN's everywhere else. AMD EPYC Zen 3 (AVX2, where oneDNN has only AVX2
+    kernels too), a base training step in process, two threads, 3 alternating pairs: 541 (536-572)
+    tokens/s on oneDNN, 525 (496-549) with training's products on MKL."""
     return torch.backends.mkl.is_available() and _cpu_vendor() == "GenuineIntel"
 
 
@@ -124,12 +126,30 @@ def _kernel_for_every_row_count() -> bool:
     58-61 sentences/s with the kernel up to 8 rows only. Intel Xeon (family 6, model 167), one
     thread, batch 64, alternating passes (kernel at every row count / up to 8 rows): the 3+3 model
     94.8 / 89.5 sentences/s, the base shape (d 512, 32k dictionary) 11.0 / 12.1, so not on Intel,
-    where MKL and oneDNN run larger products at full speed. Not measured on AVX2 CPUs
+    where MKL and oneDNN run larger products at full speed. AMD EPYC Zen 3 (family 25, model 1,
+    AVX2: 4 rows a pass), one thread, the 19 weights (oneDNN packed / kernel): 16 rows 5.6 / 5.3 ms,
+    64 rows 13.6 / 16.7, 256 rows 39.7 / 50.2; batch 64 end to end 45.6 / 49.7 sentences/s with the
+    kernel at every row count / up to 8 rows (4 alternating passes each), so not on AVX2 CPUs either
     (benchmarks/linear_micro.py measures a CPU's row counts)."""
     return not MKL_AT_FULL_SPEED and torch.backends.cpu.get_cpu_capability() == "AVX512"
 
 
 KERNEL_FOR_EVERY_ROW_COUNT = _kernel_for_every_row_count()
+
+
+def _kernel_max_rows() -> int:
+    """The most rows a packed product gives the few-row kernel where it does not take every row
+    count: 32 on a CPU whose widest vectors are AVX2, `few_rows_linear.MAX_ROWS` (8) elsewhere.
+    AMD EPYC Zen 3 (AVX2), one thread, the 3+3 model's 19 weights (oneDNN packed / kernel): 16 rows
+    5.1 / 4.4 ms, 24 rows 6.1 / 6.4, 32 rows 8.1 / 8.0, 48 rows 10.1 / 11.5. At batch 1 a sentence's
+    encoder (its 10-40 rows) then runs as one C call a layer (`decoding_step.encode`): batch 1, 100
+    sentences, medians 18.2 against 17.2 and 18.0 against 17.4 sentences/s (two runs of 4 and 6
+    alternating passes; single pairs 0.93x-1.16x); batch 64 level (47.7 against 46.3, pairs
+    0.97x-1.15x); the same hypotheses."""
+    return 32 if torch.backends.cpu.get_cpu_capability() == "AVX2" else few_rows_linear.MAX_ROWS
+
+
+KERNEL_MAX_ROWS = _kernel_max_rows()
 
 
 def backend_summary() -> str:
@@ -141,7 +161,7 @@ def backend_summary() -> str:
     if KERNEL_FOR_EVERY_ROW_COUNT:
         decoding = "the few-row kernel where a C compiler builds it, else oneDNN with packed weights"
     else:
-        decoding = (f"up to {few_rows_linear.MAX_ROWS} rows by the few-row kernel (where a C compiler builds it), "
+        decoding = (f"up to {KERNEL_MAX_ROWS} rows by the few-row kernel (where a C compiler builds it), "
                     "more by oneDNN with packed weights" + (
                         ", MKL against small weights at few rows" if MKL_AT_FULL_SPEED or MKL_FOR_FEW_ROWS else ""))
     return f"training in fp32 on CPU: {training}; decoding on CPU: {decoding}; F.linear otherwise"
@@ -302,14 +322,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
 
 
 def _kernel_takes(rows: int, weight: Tensor) -> bool:
-    """A packed product of `rows` rows takes the few-row kernel (up to `few_rows_linear.MAX_ROWS` rows,
+    """A packed product of `rows` rows takes the few-row kernel (up to `KERNEL_MAX_ROWS` rows,
     or any number: `KERNEL_FOR_EVERY_ROW_COUNT`) where it is built for the weight's dtype."""
     return kernel_rows(rows) and few_rows_linear.supports(weight.dtype, weight.size(1))
 
 
 def kernel_rows(rows: int) -> bool:
     """Whether a packed product of `rows` rows takes the few-row kernel (where it takes the dtype)."""
-    return KERNEL_FOR_EVERY_ROW_COUNT or rows <= few_rows_linear.MAX_ROWS
+    return KERNEL_FOR_EVERY_ROW_COUNT or rows <= KERNEL_MAX_ROWS
 
 
 def _product(x2: Tensor, weight: Tensor, bias: Tensor | None, packed: PackedWeight | None) -> Tensor:
