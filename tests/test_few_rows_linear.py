@@ -43,27 +43,37 @@ def test_the_kernel_equals_f_linear_in_float64(threads):
         torch.set_num_threads(previous)
 
 
-@needs_kernel
-@pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
-@pytest.mark.parametrize("every_row_count", [False, True])
-def test_decoding_products_take_the_kernel_up_to_max_rows_and_follow_a_changed_weight(monkeypatch, every_row_count):
+def _packed_layer(monkeypatch, every_row_count, max_rows):
+    """A packed Linear(32, 40) under the given kernel rules (MKL's off), and the list that records the
+    row counts reaching the kernel."""
     monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", False)
     monkeypatch.setattr(onednn_linear, "KERNEL_FOR_EVERY_ROW_COUNT", every_row_count)
-    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", few_rows_linear.MAX_ROWS)  # as off AVX2: 9 rows not
+    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", max_rows)
     lin = torch.nn.Linear(32, 40)
     onednn_linear.use_onednn_linears_(lin, pack=True)
     used = []
     record_kernel_rows(monkeypatch, lambda x2: used.append(x2.size(0)))
+    return lin, used
+
+
+def _assert_products_equal_f_linear(lin, row_counts):
     product = onednn_linear.decoding_product(lin)
+    for rows in row_counts:
+        x = torch.randn(rows, 32)
+        torch.testing.assert_close(product(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+@pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
+@pytest.mark.parametrize("every_row_count", [False, True])
+def test_decoding_products_take_the_kernel_up_to_max_rows_and_follow_a_changed_weight(monkeypatch, every_row_count):
+    lin, used = _packed_layer(monkeypatch, every_row_count, few_rows_linear.MAX_ROWS)  # 8, as off AVX2 CPUs
     with torch.inference_mode():
-        for rows in (1, 4, 8, 9, 64):
-            x = torch.randn(rows, 32)
-            torch.testing.assert_close(product(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        _assert_products_equal_f_linear(lin, (1, 4, 8, 9, 64))
         assert used == ([1, 4, 8, 9, 64] if every_row_count else [1, 4, 8])
         lin.weight.mul_(-2.0)  # load_state_dict and in-place ops on the parameter: the panels are re-made
-        x = torch.randn(4, 32)  # for the next search, which asks decoding_product again
-        product = onednn_linear.decoding_product(lin)
-        torch.testing.assert_close(product(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        _assert_products_equal_f_linear(lin, (4,))  # for the next search, which asks decoding_product again
+        x = torch.randn(4, 32)
         torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)  # and linear()
     assert set(lin.packed.copies) == ({"panels"} if every_row_count else {"panels", "oneDNN"})
 
@@ -72,21 +82,12 @@ def test_decoding_products_take_the_kernel_up_to_max_rows_and_follow_a_changed_w
 @pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
 @pytest.mark.parametrize("capability, max_rows", [("AVX2", 32), ("AVX512", 8)])
 def test_the_kernel_takes_up_to_32_rows_on_avx2_cpus_and_8_elsewhere(monkeypatch, capability, max_rows):
-    """On AVX2 CPUs (4 rows a pass) the kernel beat oneDNN's packed weights up to ~32 rows on an AMD
-    EPYC Zen 3 (onednn_linear._kernel_max_rows); with AVX-512, 8 rows (one pass)."""
+    """On an AVX2 CPU (4 rows a pass; AMD EPYC Zen 3) the kernel kept up with oneDNN's packed weights
+    up to 32 rows (onednn_linear._kernel_max_rows); with AVX-512, 8 rows (one pass)."""
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
-    monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", False)
-    monkeypatch.setattr(onednn_linear, "KERNEL_FOR_EVERY_ROW_COUNT", False)
-    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", onednn_linear._kernel_max_rows())
-    lin = torch.nn.Linear(32, 40)
-    onednn_linear.use_onednn_linears_(lin, pack=True)
-    used = []
-    record_kernel_rows(monkeypatch, lambda x2: used.append(x2.size(0)))
-    product = onednn_linear.decoding_product(lin)
+    lin, used = _packed_layer(monkeypatch, False, onednn_linear._kernel_max_rows())
     with torch.inference_mode():
-        for rows in (8, 9, 32, 33):
-            x = torch.randn(rows, 32)
-            torch.testing.assert_close(product(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        _assert_products_equal_f_linear(lin, (8, 9, 32, 33))
     assert used == [rows for rows in (8, 9, 32, 33) if rows <= max_rows]
     assert f"up to {max_rows} rows by the few-row kernel" in onednn_linear.backend_summary()
 
