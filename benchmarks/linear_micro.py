@@ -11,7 +11,7 @@ wherever the others left the cache. Per row count, ms for all of them (best of 5
 packed product, MKL through the dense transposed copy, and the kernel (`few_rows_linear`, float32;
 bfloat16 too where the CPU has AVX-512 bf16, beside torch's bfloat16 `F.linear`). Every result is
 checked against `F.linear` first. This is the measurement behind `onednn_linear`'s rules
-(`KERNEL_FOR_EVERY_ROW_COUNT`, `_mkl_layout`): run it on a new CPU before changing them. The table
+(`KERNEL_MAX_ROWS`, `_mkl_layout`): run it on a new CPU before changing them. The table
 is appended to benchmarks/RESULTS.md.
 """
 import argparse

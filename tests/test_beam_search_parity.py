@@ -7,6 +7,7 @@ length options fairseq-generate passes (--max-len-a/-b, --min-len, --lenpen, --u
 plus its candidate selection, against the top-k of every sum.
 """
 import copy
+import math
 
 import pytest
 import torch
@@ -103,11 +104,10 @@ def test_length_and_score_options_as_fairseq(model_and_batch, options):
 def test_packed_weights_as_fairseq_generate_has_them(model_and_batch, monkeypatch, sentences, beam, every_row_count):
     """fairseq-generate packs our weights (prepare_for_inference_): products of up to 8 rows take the
     few-row kernel where it is built, more oneDNN's packed layout (or the kernel too, where
-    `KERNEL_FOR_EVERY_ROW_COUNT`: AVX-512 CPUs off Intel), and where every product of a layer takes
+    `KERNEL_MAX_ROWS` unbounded: AVX-512 CPUs off Intel), and where every product of a layer takes
     the kernel the layer is one C call (decoder and encoder): up to 8 rows, a search moves from one
     path to the other as its sentences finish. fairseq's generator decodes the unpacked model."""
-    monkeypatch.setattr(onednn_linear, "KERNEL_FOR_EVERY_ROW_COUNT", every_row_count)
-    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", few_rows_linear.MAX_ROWS)  # 8, as off AVX2 CPUs
+    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", math.inf if every_row_count else few_rows_linear.MAX_ROWS)
     model, d, sample = model_and_batch
     packed = use_onednn_linears_(copy.deepcopy(model), pack=True)
     kernel_rows, layers_in_c = [], []
@@ -206,11 +206,11 @@ def test_the_encoder_in_c_equals_its_forward_on_a_ragged_batch(model_and_batch, 
     model, d, sample = model_and_batch
     packed = use_onednn_linears_(copy.deepcopy(model), pack=True)
     src = sample["net_input"]["src_tokens"]
-    monkeypatch.setattr(onednn_linear, "KERNEL_FOR_EVERY_ROW_COUNT", True)  # 99 rows in C, as off Intel
+    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", math.inf)  # 99 rows in C, as off Intel
     with torch.no_grad():
         ours, reference = encode(packed.encoder, src), model.encoder(src)
         assert encode(model.encoder, src) is None  # not packed
-        monkeypatch.setattr(onednn_linear, "KERNEL_FOR_EVERY_ROW_COUNT", False)
+        monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", few_rows_linear.MAX_ROWS)
         assert encode(packed.encoder, src) is None and encode(packed.encoder, src[:1, -8:]) is not None  # 99, 8 rows
     torch.testing.assert_close(ours["memory"], reference["memory"], atol=1e-5, rtol=1e-5)
     assert torch.equal(ours["memory_padding_mask"], reference["memory_padding_mask"])

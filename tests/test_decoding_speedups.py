@@ -9,6 +9,7 @@ or against fairseq's own transformer on the same weights:
 - decoding steps on CPU take the explicit attention path;
 - linear layers on CPU run through oneDNN (training and packed inference) with F.linear's results.
 """
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -67,7 +68,7 @@ def test_beam_decoding_step_equals_the_layers_over_each_hypothesis_history(norma
     real_attention, real_norm = decoding_kernels.grouped_attention, decoding_kernels.bound_add_layer_norm
     real_layer = decoding_kernels.bound_decoder_layer
     monkeypatch.setattr(decoding_kernels, "takes", lambda x: kernels)
-    monkeypatch.setattr(onednn_linear, "KERNEL_FOR_EVERY_ROW_COUNT", True)  # 12 rows a step: C layers off Intel too
+    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", math.inf)  # 12 rows a step: C layers off Intel too
     if not kernels:  # as where no C compiler builds them: the caches' bookkeeping in torch too
         monkeypatch.setattr(decoding_kernels, "available", lambda: False)
     monkeypatch.setattr(decoding_kernels, "grouped_attention", lambda *a: calls.append("attention") or real_attention(*a))
@@ -272,8 +273,7 @@ def test_beam_search_hypotheses_identical_to_fairseq_while_sentences_finish_at_d
 def test_onednn_linear_equals_f_linear_in_values_and_gradients_and_follows_changed_weights(monkeypatch):
     monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", False)  # the training products on oneDNN, on any CPU
     monkeypatch.setattr(onednn_linear, "MKL_FOR_FEW_ROWS", False)  # and decoding on oneDNN whatever the row count
-    monkeypatch.setattr(onednn_linear, "KERNEL_FOR_EVERY_ROW_COUNT", False)  # (15 rows: oneDNN's, not the kernel's)
-    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", 8)
+    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", 8)  # (15 rows: oneDNN's, not the kernel's)
     lin = torch.nn.Linear(16, 24)
     ref = torch.nn.Linear(16, 24)
     ref.load_state_dict(lin.state_dict())

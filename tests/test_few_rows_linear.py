@@ -1,10 +1,10 @@
 """The few-row decoding kernel (modules/few_rows_linear.py and .c): x Wᵀ + b against float64
 `F.linear` at every row count of a pass and past it, ragged output counts (panels of 16 with a
 partial last one), with and without a bias, on one and two threads; the decoding products take it up
-to MAX_ROWS rows and oneDNN above (or the kernel at every row count where
-`KERNEL_FOR_EVERY_ROW_COUNT`); a packed bfloat16 layer takes the bfloat16 kernel; a kernel that
+to `onednn_linear.KERNEL_MAX_ROWS` rows (8, 32 on AVX2 CPUs, or every row count) and oneDNN above; a packed bfloat16 layer takes the bfloat16 kernel; a kernel that
 cannot be built leaves one log line and oneDNN."""
 import logging
+import math
 import shutil
 
 import pytest
@@ -43,11 +43,10 @@ def test_the_kernel_equals_f_linear_in_float64(threads):
         torch.set_num_threads(previous)
 
 
-def _packed_layer(monkeypatch, every_row_count, max_rows):
-    """A packed Linear(32, 40) under the given kernel rules (MKL's off), and the list that records the
-    row counts reaching the kernel."""
+def _packed_layer(monkeypatch, max_rows):
+    """A packed Linear(32, 40) with the kernel up to `max_rows` rows (MKL's rules off), and the list
+    that records the row counts reaching the kernel."""
     monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", False)
-    monkeypatch.setattr(onednn_linear, "KERNEL_FOR_EVERY_ROW_COUNT", every_row_count)
     monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", max_rows)
     lin = torch.nn.Linear(32, 40)
     onednn_linear.use_onednn_linears_(lin, pack=True)
@@ -67,7 +66,7 @@ def _assert_products_equal_f_linear(lin, row_counts):
 @pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
 @pytest.mark.parametrize("every_row_count", [False, True])
 def test_decoding_products_take_the_kernel_up_to_max_rows_and_follow_a_changed_weight(monkeypatch, every_row_count):
-    lin, used = _packed_layer(monkeypatch, every_row_count, few_rows_linear.MAX_ROWS)  # 8, as off AVX2 CPUs
+    lin, used = _packed_layer(monkeypatch, math.inf if every_row_count else few_rows_linear.MAX_ROWS)
     with torch.inference_mode():
         _assert_products_equal_f_linear(lin, (1, 4, 8, 9, 64))
         assert used == ([1, 4, 8, 9, 64] if every_row_count else [1, 4, 8])
@@ -80,16 +79,22 @@ def test_decoding_products_take_the_kernel_up_to_max_rows_and_follow_a_changed_w
 
 @needs_kernel
 @pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
-@pytest.mark.parametrize("capability, max_rows", [("AVX2", 32), ("AVX512", 8)])
-def test_the_kernel_takes_up_to_32_rows_on_avx2_cpus_and_8_elsewhere(monkeypatch, capability, max_rows):
+@pytest.mark.parametrize("capability, intel, max_rows", [("AVX2", False, 32), ("AVX512", True, 8),
+                                                        ("AVX512", False, math.inf)])
+def test_the_kernel_takes_up_to_32_rows_on_avx2_cpus_8_on_intel_and_every_row_count_elsewhere(
+        monkeypatch, capability, intel, max_rows):
     """On an AVX2 CPU (4 rows a pass; AMD EPYC Zen 3) the kernel kept up with oneDNN's packed weights
-    up to 32 rows (onednn_linear._kernel_max_rows); with AVX-512, 8 rows (one pass)."""
+    up to 32 rows; on an Intel CPU with AVX-512, 8 rows (one pass); on other AVX-512 CPUs oneDNN is no
+    faster at any row count (onednn_linear._kernel_max_rows)."""
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
-    lin, used = _packed_layer(monkeypatch, False, onednn_linear._kernel_max_rows())
+    monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", intel)
+    lin, used = _packed_layer(monkeypatch, onednn_linear._kernel_max_rows())
     with torch.inference_mode():
         _assert_products_equal_f_linear(lin, (8, 9, 32, 33))
     assert used == [rows for rows in (8, 9, 32, 33) if rows <= max_rows]
-    assert f"up to {max_rows} rows by the few-row kernel" in onednn_linear.backend_summary()
+    summary = onednn_linear.backend_summary()
+    assert (f"up to {max_rows} rows by the few-row kernel" in summary if max_rows != math.inf
+            else "decoding on CPU: the few-row kernel where a C compiler builds it" in summary)
 
 
 @pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")

@@ -8,8 +8,8 @@ packed weights 1.30 at 1 row, 1.73 at 4, 2.29 at 8, 2.35 at 16; MKL (`F.linear`)
 kernel of `few_rows_linear.c` 0.50 at 1 row, 0.67-0.77 at 4, 1.24 at 8, 2.5 at 16 (two threads:
 0.32-0.36, 0.37-0.42, 0.67 and 1.6 against oneDNN's 0.80, 0.85, 1.62 and 1.70). So up to
 `MAX_ROWS` rows (8: one pass over the weight with AVX-512, two with AVX2) take the kernel, more
-rows oneDNN (on AVX2 CPUs up to 32 rows: `onednn_linear.KERNEL_MAX_ROWS`), except where oneDNN is
-no faster at any row count (`onednn_linear.KERNEL_FOR_EVERY_ROW_COUNT`).
+rows oneDNN, except on AVX2 CPUs (up to 32 rows) and where oneDNN is no faster at any row count
+(AVX-512 off Intel: every row count; `onednn_linear.KERNEL_MAX_ROWS`).
 Built for AVX2 only (`-mavx2 -mfma`, 4 rows a pass) on the same CPU: 0.80 ms at 4 rows against
 oneDNN's 1.47, level at 8. `benchmarks/linear_micro.py` measures all of these on a given CPU.
 

@@ -26,7 +26,7 @@ GEMM's left operand, as stored: W xᵀ, transposed back.
   once instead of at every call;
 - `matmul_nt(a, b)`: a @ bᵀ (through oneDNN where training takes it) for the fused output loss.
 Packed products (float32, and bfloat16 where the CPU has AVX-512 bf16) take our own kernel first
-(`few_rows_linear`, `_kernel_takes`): up to 8 rows (32 on AVX2 CPUs: `KERNEL_MAX_ROWS`), every row
+(`few_rows_linear`, `_kernel_takes`) up to `KERNEL_MAX_ROWS` rows: 8, 32 on AVX2 CPUs, every row
 count off Intel with AVX-512. Anything else (CUDA tensors, bfloat16 training) takes plain
 `F.linear`; results equal `F.linear`'s up to float rounding (another summation order).
 
@@ -47,6 +47,7 @@ says so and every linear layer falls back to `F.linear` from then on.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from typing import Callable
 
@@ -118,35 +119,29 @@ def _mkl_for_few_rows() -> bool:
 MKL_FOR_FEW_ROWS = _mkl_for_few_rows()
 
 
-def _kernel_for_every_row_count() -> bool:
-    """Decoding's products take the few-row kernel (`few_rows_linear`) at every row count, off Intel
-    on an AVX-512 CPU. AMD EPYC Zen 4, one thread, a 3+3 d=256 decoder's 19 weights, ms (oneDNN
-    packed / kernel): 16 rows 2.27 / 2.24, 256 rows 24.0-32.9 / 24.2-24.8, 1,024 rows 99.9 / 96.3; oneDNN
-    makes a primitive for every new row count (~0.3 ms each). Batch 64, end to end: 66-67 against
-    58-61 sentences/s with the kernel up to 8 rows only. Intel Xeon (family 6, model 167), one
-    thread, batch 64, alternating passes (kernel at every row count / up to 8 rows): the 3+3 model
-    94.8 / 89.5 sentences/s, the base shape (d 512, 32k dictionary) 11.0 / 12.1, so not on Intel,
-    where MKL and oneDNN run larger products at full speed. AMD EPYC Zen 3 (family 25, model 1,
-    AVX2: 4 rows a pass), one thread, the 19 weights (oneDNN packed / kernel): 16 rows 5.6 / 5.3 ms,
-    64 rows 13.6 / 16.7, 256 rows 39.7 / 50.2; batch 64 end to end 45.6 / 49.7 sentences/s with the
-    kernel at every row count / up to 8 rows (4 alternating passes each), so not on AVX2 CPUs either
-    (benchmarks/linear_micro.py measures a CPU's row counts)."""
-    return not MKL_AT_FULL_SPEED and torch.backends.cpu.get_cpu_capability() == "AVX512"
-
-
-KERNEL_FOR_EVERY_ROW_COUNT = _kernel_for_every_row_count()
-
-
-def _kernel_max_rows() -> int:
-    """The most rows a packed product gives the few-row kernel where it does not take every row
-    count: 32 on a CPU whose widest vectors are AVX2, `few_rows_linear.MAX_ROWS` (8) elsewhere.
-    AMD EPYC Zen 3 (AVX2), one thread, the 3+3 model's 19 weights (oneDNN packed / kernel): 16 rows
-    5.1 / 4.4 ms, 24 rows 6.1 / 6.4, 32 rows 8.1 / 8.0, 48 rows 10.1 / 11.5. At batch 1 a sentence's
-    encoder (its 10-40 rows) then runs as one C call a layer (`decoding_step.encode`): batch 1, 100
-    sentences, medians 18.2 against 17.2 and 18.0 against 17.4 sentences/s (two runs of 4 and 6
-    alternating passes; single pairs 0.93x-1.16x); batch 64 level (47.7 against 46.3, pairs
-    0.97x-1.15x); the same hypotheses."""
-    return 32 if torch.backends.cpu.get_cpu_capability() == "AVX2" else few_rows_linear.MAX_ROWS
+def _kernel_max_rows() -> float:
+    """The most rows a packed product gives the few-row kernel (`few_rows_linear`): every row count
+    (`math.inf`) off Intel on an AVX-512 CPU, 32 on a CPU whose widest vectors are AVX2,
+    `few_rows_linear.MAX_ROWS` (8) elsewhere.
+    AMD EPYC Zen 4, one thread, a 3+3 d=256 decoder's 19 weights, ms (oneDNN packed / kernel): 16
+    rows 2.27 / 2.24, 256 rows 24.0-32.9 / 24.2-24.8, 1,024 rows 99.9 / 96.3; oneDNN makes a
+    primitive for every new row count (~0.3 ms each). Batch 64, end to end: 66-67 against 58-61
+    sentences/s with the kernel up to 8 rows only.
+    Intel Xeon (family 6, model 167), one thread, batch 64, alternating passes (kernel at every row
+    count / up to 8 rows): the 3+3 model 94.8 / 89.5 sentences/s, the base shape (d 512, 32k
+    dictionary) 11.0 / 12.1, so 8 on Intel, where MKL and oneDNN run larger products at full speed.
+    AMD EPYC Zen 3 (family 25, model 1, AVX2: 4 rows a pass), one thread, the 19 weights (oneDNN
+    packed / kernel), two runs: 16 rows 5.1-5.6 / 4.4-5.3 ms, 24 rows 6.1 / 6.4, 32 rows 8.1 / 8.0,
+    48 rows 10.1 / 11.5, 64 rows 12.7-13.6 / 14.4-16.7, 256 rows 39.7 / 50.2. End to end, alternating
+    passes, the same hypotheses: every row count against 8 at batch 64, 45.6 / 49.7 sentences/s; 32
+    rows against 8, where a batch-1 sentence's encoder (its 10-40 rows) runs as one C call a layer
+    (`decoding_step.encode`): batch 1, 100 sentences, medians 18.2 / 17.2 and 18.0 / 17.4 (two runs
+    of 4 and 6 passes; single pairs 0.93x-1.16x), batch 64 level (47.7 / 46.3, pairs 0.97x-1.15x).
+    benchmarks/linear_micro.py measures a CPU's row counts."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability == "AVX512" and not MKL_AT_FULL_SPEED:
+        return math.inf
+    return 32 if capability == "AVX2" else few_rows_linear.MAX_ROWS
 
 
 KERNEL_MAX_ROWS = _kernel_max_rows()
@@ -158,7 +153,7 @@ def backend_summary() -> str:
         return "F.linear"
     training = ("oneDNN forward and dX, MKL dW" if not MKL_AT_FULL_SPEED
                 else "F.linear (MKL: as fast as oneDNN on this Intel CPU, no transposed copies)")
-    if KERNEL_FOR_EVERY_ROW_COUNT:
+    if KERNEL_MAX_ROWS == math.inf:
         decoding = "the few-row kernel where a C compiler builds it, else oneDNN with packed weights"
     else:
         decoding = (f"up to {KERNEL_MAX_ROWS} rows by the few-row kernel (where a C compiler builds it), "
@@ -322,14 +317,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
 
 
 def _kernel_takes(rows: int, weight: Tensor) -> bool:
-    """A packed product of `rows` rows takes the few-row kernel (up to `KERNEL_MAX_ROWS` rows,
-    or any number: `KERNEL_FOR_EVERY_ROW_COUNT`) where it is built for the weight's dtype."""
+    """A packed product of `rows` rows takes the few-row kernel (up to `KERNEL_MAX_ROWS` rows) where
+    it is built for the weight's dtype."""
     return kernel_rows(rows) and few_rows_linear.supports(weight.dtype, weight.size(1))
 
 
 def kernel_rows(rows: int) -> bool:
     """Whether a packed product of `rows` rows takes the few-row kernel (where it takes the dtype)."""
-    return KERNEL_FOR_EVERY_ROW_COUNT or rows <= KERNEL_MAX_ROWS
+    return rows <= KERNEL_MAX_ROWS
 
 
 def _product(x2: Tensor, weight: Tensor, bias: Tensor | None, packed: PackedWeight | None) -> Tensor:
