@@ -88,13 +88,18 @@ def test_the_kernel_takes_up_to_32_rows_on_avx2_cpus_8_on_intel_and_every_row_co
     faster at any row count (onednn_linear._kernel_max_rows)."""
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", intel)
-    lin, used = _packed_layer(monkeypatch, onednn_linear._kernel_max_rows())
-    with torch.inference_mode():
-        _assert_products_equal_f_linear(lin, (8, 9, 32, 33))
-    assert used == [rows for rows in (8, 9, 32, 33) if rows <= max_rows]
+    monkeypatch.setattr(onednn_linear, "MKL_FOR_FEW_ROWS", capability == "AVX2")
+    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", onednn_linear._kernel_max_rows())
+    # The build's log line says so, with MKL's layouts where they come next (onednn_linear._mkl_layout).
     summary = onednn_linear.backend_summary()
     assert (f"up to {max_rows} rows by the few-row kernel" in summary if max_rows != math.inf
             else "decoding on CPU: the few-row kernel where a C compiler builds it" in summary)
+    assert ("then MKL against small weights below 128 rows" in summary) == intel
+    assert ("else MKL against small weights at up to 8 rows" in summary) == (capability == "AVX2")
+    lin, used = _packed_layer(monkeypatch, onednn_linear.KERNEL_MAX_ROWS)
+    with torch.inference_mode():
+        _assert_products_equal_f_linear(lin, (8, 9, 32, 33))
+    assert used == [rows for rows in (8, 9, 32, 33) if rows <= max_rows]
 
 
 @pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")

@@ -155,10 +155,13 @@ def backend_summary() -> str:
                 else "F.linear (MKL: as fast as oneDNN on this Intel CPU, no transposed copies)")
     if KERNEL_MAX_ROWS == math.inf:
         decoding = "the few-row kernel where a C compiler builds it, else oneDNN with packed weights"
+    elif MKL_AT_FULL_SPEED:  # `_mkl_layout`'s rules, after the kernel's rows
+        decoding = (f"up to {KERNEL_MAX_ROWS} rows by the few-row kernel (where a C compiler builds it), then "
+                    "MKL against small weights below 128 rows, more by oneDNN with packed weights")
     else:
-        decoding = (f"up to {KERNEL_MAX_ROWS} rows by the few-row kernel (where a C compiler builds it), "
-                    "more by oneDNN with packed weights" + (
-                        ", MKL against small weights at few rows" if MKL_AT_FULL_SPEED or MKL_FOR_FEW_ROWS else ""))
+        decoding = (f"up to {KERNEL_MAX_ROWS} rows by the few-row kernel where a C compiler builds it"
+                    + (" (else MKL against small weights at up to 8 rows)" if MKL_FOR_FEW_ROWS else "")
+                    + ", more by oneDNN with packed weights")
     return f"training in fp32 on CPU: {training}; decoding on CPU: {decoding}; F.linear otherwise"
 
 
