@@ -44,16 +44,3 @@ def small_trained(tmp_path_factory):
              "--disable-validation", "--no-epoch-checkpoints")
     return {"work": work, "bin": data, "ckpt": work / "ckpt" / "checkpoint_last.pt"}
 
-
-TRACKED_UPDATES = 30  # updates of the --fp16 / --memory-efficient-fp16 / --bf16 runs tracked against fp32
-
-
-@pytest.fixture(scope="session")
-def fp32_losses(small_trained, tmp_path_factory):
-    """{update: loss} of the tiny preset trained in fp32 for TRACKED_UPDATES updates
-    (`helpers.train_tiny_preset`): the run that test_fp16's and test_bf16's reduced-precision runs,
-    with the same seed and batches, track update by update."""
-    from helpers import train_inner_values, train_tiny_preset
-
-    proc = train_tiny_preset(small_trained["bin"], tmp_path_factory.mktemp("fp32"), TRACKED_UPDATES)
-    return train_inner_values(proc, "loss")
