@@ -21,6 +21,12 @@ def _cli(*args):
                           capture_output=True, text=True, timeout=120)
 
 
+def _report(capsys, *args):
+    """The lines main() prints for `args` (in process: the scores, not the process, are under test)."""
+    assert main(list(args)) == 0
+    return capsys.readouterr().out.splitlines()
+
+
 @pytest.fixture
 def files(tmp_path):
     gold, pred = tmp_path / "gold.mrg", tmp_path / "pred.trees"
@@ -51,13 +57,11 @@ def test_cli_prints_evalb_report(files):
     assert "Traceback" not in done.stderr
 
 
-def test_normalize_roots_removes_the_wrapper_from_both_files(files):
+def test_normalize_roots_removes_the_wrapper_from_both_files(files, capsys):
     """--normalize-roots: the gold roots lose their unlabelled wrapper, so s1 is 3 of 3 and s2 4 of 5
     (the brackets above without ""): recall = precision = F = 7/8 = 87.50."""
     gold, pred = files
-    done = _cli("--gold", gold, "--pred", pred, "--normalize-roots")
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    lines = _report(capsys, "--gold", gold, "--pred", pred, "--normalize-roots")
     assert "   1    3    0  100.00 100.00     3      3    3      0      2     2   100.00" in lines
     assert "   2    7    0   80.00  80.00     4      5    5      0      6     6   100.00" in lines
     assert "Bracketing FMeasure       =  87.50" in lines
@@ -67,14 +71,14 @@ def test_normalize_roots_removes_the_wrapper_from_both_files(files):
     "( (S (NP (DT the) (NN dog)) (VP (VBZ barks) (ADVP (RB loudly)))) )\n",
     "( (S (NP (DT the) (NN dog))\n     (VP (VBZ barks)\n         (ADVP (RB loudly)))) )\n",  # as a .mrg lays it out
 ])
-def test_issue_example_scores_as_evalb(tmp_path, gold_text):
+def test_issue_example_scores_as_evalb(tmp_path, capsys, gold_text):
     """The issue's case, one line or laid out as in a .mrg file: words "the dog barks loudly";
     gold ""[0,4) S[0,4) NP[0,2) VP[2,4) ADVP[3,4) = 5, test S NP VP ADVP = 4, all matched:
     recall 4/5 = 80.00, precision 4/4 = 100.00, F = 2 * 80 * 100 / 180 = 88.89."""
     gold, pred = tmp_path / "gold.mrg", tmp_path / "pred.trees"
     gold.write_text(gold_text)
     pred.write_text("(S (NP (DT the) (NN dog)) (VP (VBZ barks) (ADVP (RB loudly))))\n")
-    report = _cli("--gold", str(gold), "--pred", str(pred), "--summary-only").stdout.splitlines()
+    report = _report(capsys, "--gold", str(gold), "--pred", str(pred), "--summary-only")
     assert "Bracketing Recall         =  80.00" in report
     assert "Bracketing Precision      = 100.00" in report
     assert "Bracketing FMeasure       =  88.89" in report
@@ -86,8 +90,7 @@ def test_traces_are_deleted_as_evalb_deletes_them(tmp_path, capsys):
     gold, pred = tmp_path / "gold.mrg", tmp_path / "pred.trees"
     gold.write_text("( (S (NP-SBJ (-NONE- *)) (VP (VB go)) (. .)) )\n")
     pred.write_text("(S (VP (VB go)) (. .))\n")
-    assert main(["--gold", str(gold), "--pred", str(pred)]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = _report(capsys, "--gold", str(gold), "--pred", str(pred))
     assert "   1    2    0   66.67 100.00     2      3    2      0      1     1   100.00" in lines
 
 
@@ -104,8 +107,7 @@ def test_cli_bad_file_gives_one_line_and_nonzero_exit(tmp_path, files):
 
 def test_main_in_process(files, capsys):
     gold, pred = files
-    assert main(["--gold", gold, "--pred", pred, "--summary-only"]) == 0
-    out = capsys.readouterr().out
+    out = "\n".join(_report(capsys, "--gold", gold, "--pred", pred, "--summary-only"))
     assert "Bracketing FMeasure       =  77.78" in out and "   1    3    0" not in out
 
 
