@@ -43,4 +43,3 @@ def small_trained(tmp_path_factory):
              "--lr", "1e-3", "--max-update", 2, "--max-tokens", 2000, "--save-dir", work / "ckpt",
              "--disable-validation", "--no-epoch-checkpoints")
     return {"work": work, "bin": data, "ckpt": work / "ckpt" / "checkpoint_last.pt"}
-
