@@ -156,11 +156,12 @@ def backend_summary() -> str:
     if KERNEL_MAX_ROWS == math.inf:
         decoding = "the few-row kernel where a C compiler builds it, else oneDNN with packed weights"
     elif MKL_AT_FULL_SPEED:  # `_mkl_layout`'s rules, after the kernel's rows
-        decoding = (f"up to {KERNEL_MAX_ROWS} rows by the few-row kernel (where a C compiler builds it), then "
-                    "MKL against small weights below 128 rows, more by oneDNN with packed weights")
+        decoding = (f"up to {KERNEL_MAX_ROWS} rows by the few-row kernel (where a C compiler builds it), then MKL "
+                    f"against small weights below {_MKL_TRANSPOSED_BELOW} rows, more by oneDNN with packed weights")
     else:
         decoding = (f"up to {KERNEL_MAX_ROWS} rows by the few-row kernel where a C compiler builds it"
-                    + (" (else MKL against small weights at up to 8 rows)" if MKL_FOR_FEW_ROWS else "")
+                    + (f" (else MKL against small weights at up to {_MKL_WEIGHT_LEFT_MAX_ROWS} rows)"
+                       if MKL_FOR_FEW_ROWS else "")
                     + ", more by oneDNN with packed weights")
     return f"training in fp32 on CPU: {training}; decoding on CPU: {decoding}; F.linear otherwise"
 
@@ -205,6 +206,11 @@ def matmul_nt(a: Tensor, b: Tensor) -> Tensor:
     return a @ b.t()
 
 
+_MKL_SMALL_WEIGHT = 2 ** 18  # elements
+_MKL_TRANSPOSED_BELOW, _MKL_STORED_BELOW = 128, 16  # rows, where MKL runs at full speed
+_MKL_WEIGHT_LEFT_MAX_ROWS = 8  # rows, on AVX2 CPUs
+
+
 def _mkl_layout(rows: int, weight: Tensor, packed: bool) -> str | None:
     """How MKL's sgemm multiplies `rows` rows by a small weight (at most 2^18 elements, 1 MB, half
     this Xeon's L2: every weight of a d=256 model's layers, the d=512 model's [512 x 512]), or None
@@ -222,13 +228,13 @@ def _mkl_layout(rows: int, weight: Tensor, packed: bool) -> str | None:
     projection stays on oneDNN. Batch 1 end to end: 7.9-8.6 sentences/s with W xᵀ, 6.6-7.1 with
     oneDNN (RESULTS.md: "Decoding's few-row products as W xᵀ on an AVX2 CPU"). The kernel comes
     before these rules where it is built (`_kernel_takes`)."""
-    if weight.numel() > 2 ** 18:
+    if weight.numel() > _MKL_SMALL_WEIGHT:
         return None
     if MKL_AT_FULL_SPEED:
-        if packed and rows < 128:
+        if packed and rows < _MKL_TRANSPOSED_BELOW:
             return "transposed"
-        return "stored" if rows < 16 else None
-    return "weight_left" if MKL_FOR_FEW_ROWS and rows <= 8 else None
+        return "stored" if rows < _MKL_STORED_BELOW else None
+    return "weight_left" if MKL_FOR_FEW_ROWS and rows <= _MKL_WEIGHT_LEFT_MAX_ROWS else None
 
 
 class _OneDNNLinear(torch.autograd.Function):
