@@ -273,7 +273,7 @@ def test_beam_search_hypotheses_identical_to_fairseq_while_sentences_finish_at_d
 def test_onednn_linear_equals_f_linear_in_values_and_gradients_and_follows_changed_weights(monkeypatch):
     monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", False)  # the training products on oneDNN, on any CPU
     monkeypatch.setattr(onednn_linear, "MKL_FOR_FEW_ROWS", False)  # and decoding on oneDNN whatever the row count
-    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", 8)  # (15 rows: oneDNN's, not the kernel's)
+    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", onednn_linear.few_rows_linear.MAX_ROWS)  # 15 rows: oneDNN's
     lin = torch.nn.Linear(16, 24)
     ref = torch.nn.Linear(16, 24)
     ref.load_state_dict(lin.state_dict())

@@ -1,8 +1,9 @@
 """The few-row decoding kernel (modules/few_rows_linear.py and .c): x Wᵀ + b against float64
 `F.linear` at every row count of a pass and past it, ragged output counts (panels of 16 with a
 partial last one), with and without a bias, on one and two threads; the decoding products take it up
-to `onednn_linear.KERNEL_MAX_ROWS` rows (8, 32 on AVX2 CPUs, or every row count) and oneDNN above; a packed bfloat16 layer takes the bfloat16 kernel; a kernel that
-cannot be built leaves one log line and oneDNN."""
+to `onednn_linear.KERNEL_MAX_ROWS` rows (8, 32 on AVX2 CPUs, or every row count) and oneDNN above;
+a packed bfloat16 layer takes the bfloat16 kernel; a kernel that cannot be built leaves one log line
+and oneDNN."""
 import logging
 import math
 import shutil
