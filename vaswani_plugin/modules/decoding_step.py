@@ -140,7 +140,9 @@ def _padding_bias(mask: Optional[Tensor], heads: int, dtype: torch.dtype) -> Opt
     if mask is None:
         return None
     bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, float("-inf"))
-    return bias[:, None, None, :].expand(-1, heads, -1, -1).reshape(-1, 1, mask.size(1))
+    # repeat_interleave copies: the C layers read the rows contiguous, and expand + reshape gives a
+    # view with stride 0 for a single padded sentence
+    return bias.repeat_interleave(heads, dim=0)[:, None, :]
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], scale: float) -> Tensor:
