@@ -34,17 +34,14 @@
 #ifdef __AVX512F__
 #define MAX_ROWS 8
 #define VEC_FLOATS 16
+#define PREFETCH_NEXT_PANEL 0
 #else
 #define MAX_ROWS 4
 #define VEC_FLOATS 8
+#define PREFETCH_NEXT_PANEL 1
 #endif
 #define WIDTH 16
 #define LANES (WIDTH / VEC_FLOATS)
-#ifdef __AVX512F__
-#define PREFETCH_NEXT_PANEL 0
-#else
-#define PREFETCH_NEXT_PANEL 1
-#endif
 
 typedef float vec __attribute__((vector_size(VEC_FLOATS * sizeof(float))));
 
