@@ -104,7 +104,7 @@ def test_length_and_score_options_as_fairseq(model_and_batch, options):
 def test_packed_weights_as_fairseq_generate_has_them(model_and_batch, monkeypatch, sentences, beam, every_row_count):
     """fairseq-generate packs our weights (prepare_for_inference_): products of up to 8 rows take the
     few-row kernel where it is built, more oneDNN's packed layout (or the kernel too, where
-    `KERNEL_MAX_ROWS` unbounded: AVX-512 CPUs off Intel), and where every product of a layer takes
+    `KERNEL_MAX_ROWS` unbounded: AVX-512 CPUs), and where every product of a layer takes
     the kernel the layer is one C call (decoder and encoder): up to 8 rows, a search moves from one
     path to the other as its sentences finish. fairseq's generator decodes the unpacked model."""
     monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", math.inf if every_row_count else few_rows_linear.MAX_ROWS)
@@ -210,7 +210,7 @@ def test_the_encoder_in_c_equals_its_forward_on_a_ragged_batch(model_and_batch, 
     # attention bias must not be a broadcast view, which the C layers cannot read
     single = src[int(src.ne(model.encoder.dictionary.pad()).sum(1).argmin())][None]
     assert single.eq(model.encoder.dictionary.pad()).any()
-    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", math.inf)  # 99 rows in C, as off Intel
+    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", math.inf)  # 99 rows in C, as with AVX-512
     with torch.no_grad():
         ours, reference = encode(packed.encoder, src), model.encoder(src)
         ours_single, reference_single = encode(packed.encoder, single), model.encoder(single)

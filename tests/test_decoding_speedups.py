@@ -68,7 +68,7 @@ def test_beam_decoding_step_equals_the_layers_over_each_hypothesis_history(norma
     real_attention, real_norm = decoding_kernels.grouped_attention, decoding_kernels.bound_add_layer_norm
     real_layer = decoding_kernels.bound_decoder_layer
     monkeypatch.setattr(decoding_kernels, "takes", lambda x: kernels)
-    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", math.inf)  # 12 rows a step: C layers off Intel too
+    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", math.inf)  # 12 rows a step: C layers, as with AVX-512
     if not kernels:  # as where no C compiler builds them: the caches' bookkeeping in torch too
         monkeypatch.setattr(decoding_kernels, "available", lambda: False)
     monkeypatch.setattr(decoding_kernels, "grouped_attention", lambda *a: calls.append("attention") or real_attention(*a))

@@ -1,7 +1,8 @@
 """The few-row decoding kernel (modules/few_rows_linear.py and .c): x Wᵀ + b against float64
 `F.linear` at every row count of a pass and past it, ragged output counts (panels of 16 with a
 partial last one), with and without a bias, on one and two threads; the decoding products take it up
-to `onednn_linear.KERNEL_MAX_ROWS` rows (8, 32 on AVX2 CPUs, or every row count) and oneDNN above;
+to `onednn_linear.KERNEL_MAX_ROWS` rows (every row count on AVX-512 CPUs, 32 on AVX2 CPUs, else 8)
+and oneDNN above;
 a packed bfloat16 layer takes the bfloat16 kernel; a kernel that cannot be built leaves one log line
 and oneDNN."""
 import logging
@@ -28,12 +29,14 @@ def test_the_kernel_equals_f_linear_in_float64(threads):
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        for out_features, in_features in ((1, 1), (15, 7), (16, 64), (17, 64), (100, 33), (40, 1024)):
+        # 100 and 120 outputs: four panels a pass past 8 rows with AVX-512 (a partial last panel in
+        # the four for 120), then one at a time
+        for out_features, in_features in ((1, 1), (15, 7), (16, 64), (17, 64), (100, 33), (120, 48), (40, 1024)):
             weight = torch.randn(out_features, in_features, generator=g)
             bias = torch.randn(out_features, generator=g)
             panels = few_rows_linear.to_panels(weight)
             assert panels.shape == (-(-out_features // 16), in_features, 16)
-            for rows in (1, 2, 3, 4, 5, 7, 8, 9, 17):  # a pass is up to 8 rows; more take several
+            for rows in (1, 2, 3, 4, 5, 7, 8, 9, 17, 30):  # a pass: up to 8 rows, 6 in fours; more take several
                 x = torch.randn(rows, in_features, generator=g)
                 for b in (bias, None):
                     expected = F.linear(x.double(), weight.double(), None if b is None else b.double())
@@ -80,13 +83,13 @@ def test_decoding_products_take_the_kernel_up_to_max_rows_and_follow_a_changed_w
 
 @needs_kernel
 @pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
-@pytest.mark.parametrize("capability, intel, max_rows", [("AVX2", False, 32), ("AVX512", True, 8),
-                                                        ("AVX512", False, math.inf)])
-def test_the_kernel_takes_up_to_32_rows_on_avx2_cpus_8_on_intel_and_every_row_count_elsewhere(
+@pytest.mark.parametrize("capability, intel, max_rows", [("AVX2", False, 32), ("AVX512", True, math.inf),
+                                                        ("AVX512", False, math.inf), ("DEFAULT", False, 8)])
+def test_the_kernel_takes_up_to_32_rows_on_avx2_cpus_and_every_row_count_on_avx512_cpus(
         monkeypatch, capability, intel, max_rows):
     """On an AVX2 CPU (4 rows a pass; AMD EPYC Zen 3) the kernel kept up with oneDNN's packed weights
-    up to 32 rows; on an Intel CPU with AVX-512, 8 rows (one pass); on other AVX-512 CPUs oneDNN is no
-    faster at any row count (onednn_linear._kernel_max_rows)."""
+    up to 32 rows; on an AVX-512 CPU (four panels a pass past 8 rows) the libraries are no faster at any
+    row count, Intel's MKL included; elsewhere 8 rows, one pass (onednn_linear._kernel_max_rows)."""
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", intel)
     monkeypatch.setattr(onednn_linear, "MKL_FOR_FEW_ROWS", capability == "AVX2")
@@ -94,8 +97,8 @@ def test_the_kernel_takes_up_to_32_rows_on_avx2_cpus_8_on_intel_and_every_row_co
     # The build's log line says so, with MKL's layouts where they come next (onednn_linear._mkl_layout).
     summary = onednn_linear.backend_summary()
     assert (f"up to {max_rows} rows by the few-row kernel" in summary if max_rows != math.inf
-            else "decoding on CPU: the few-row kernel where a C compiler builds it" in summary)
-    assert ("then MKL against small weights below 128 rows" in summary) == intel
+            else "decoding on CPU: the few-row kernel where a C compiler builds it, else" in summary)
+    assert ("MKL against small weights below 128 rows" in summary) == intel
     assert ("else MKL against small weights at up to 8 rows" in summary) == (capability == "AVX2")
     lin, used = _packed_layer(monkeypatch, onednn_linear.KERNEL_MAX_ROWS)
     with torch.inference_mode():

@@ -128,7 +128,7 @@ def test_the_cpu_vendor_is_read_from_proc_cpuinfo():
 
 def test_where_mkl_runs_at_full_speed_training_products_are_f_linear_and_decoding_stays_packed(monkeypatch):
     monkeypatch.setattr(onednn_linear, "MKL_AT_FULL_SPEED", True)
-    # as on Intel: 128 rows take oneDNN
+    # 128 rows take oneDNN where the kernel takes at most 8
     monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", onednn_linear.few_rows_linear.MAX_ROWS)
     lin = torch.nn.Linear(8, 5)
     onednn_linear.use_onednn_linears_(lin)

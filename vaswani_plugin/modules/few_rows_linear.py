@@ -6,10 +6,10 @@ built for many rows and stay far below memory speed there. AMD EPYC Zen 4 (AVX-5
 the 19 weights in turn, ms for all of them: only reading them (`w.sum()`) 0.36-0.52; oneDNN's
 packed weights 1.30 at 1 row, 1.73 at 4, 2.29 at 8, 2.35 at 16; MKL (`F.linear`) 3.1 at 4 rows; the
 kernel of `few_rows_linear.c` 0.50 at 1 row, 0.67-0.77 at 4, 1.24 at 8, 2.5 at 16 (two threads:
-0.32-0.36, 0.37-0.42, 0.67 and 1.6 against oneDNN's 0.80, 0.85, 1.62 and 1.70). So up to
-`MAX_ROWS` rows (8: one pass over the weight with AVX-512, two with AVX2) take the kernel, more
-rows oneDNN, except on AVX2 CPUs (up to 32 rows) and where oneDNN is no faster at any row count
-(AVX-512 off Intel: every row count; `onednn_linear.KERNEL_MAX_ROWS`).
+0.32-0.36, 0.37-0.42, 0.67 and 1.6 against oneDNN's 0.80, 0.85, 1.62 and 1.70). So products
+take the kernel up to `onednn_linear.KERNEL_MAX_ROWS` rows and oneDNN above: every row count on
+AVX-512 CPUs (past 8 rows the kernel takes four panels a pass, and no library is faster at any row
+count), 32 on AVX2 CPUs, `MAX_ROWS` (8) elsewhere.
 Built for AVX2 only (`-mavx2 -mfma`, 4 rows a pass) on the same CPU: 0.80 ms at 4 rows against
 oneDNN's 1.47, level at 8. `benchmarks/linear_micro.py` measures all of these on a given CPU.
 

@@ -26,8 +26,8 @@ GEMM's left operand, as stored: W xᵀ, transposed back.
   once instead of at every call;
 - `matmul_nt(a, b)`: a @ bᵀ (through oneDNN where training takes it) for the fused output loss.
 Packed products (float32, and bfloat16 where the CPU has AVX-512 bf16) take our own kernel first
-(`few_rows_linear`, `_kernel_takes`) up to `KERNEL_MAX_ROWS` rows: 8, 32 on AVX2 CPUs, every row
-count off Intel with AVX-512. Anything else (CUDA tensors, bfloat16 training) takes plain
+(`few_rows_linear`, `_kernel_takes`) up to `KERNEL_MAX_ROWS` rows: every row count on AVX-512 CPUs,
+32 on AVX2 CPUs, else 8. Anything else (CUDA tensors, bfloat16 training) takes plain
 `F.linear`; results equal `F.linear`'s up to float rounding (another summation order).
 
 oneDNN keeps every primitive it creates, one per distinct product shape, in a cache of 1,024 by
@@ -121,15 +121,20 @@ MKL_FOR_FEW_ROWS = _mkl_for_few_rows()
 
 def _kernel_max_rows() -> float:
     """The most rows a packed product gives the few-row kernel (`few_rows_linear`): every row count
-    (`math.inf`) off Intel on an AVX-512 CPU, 32 on a CPU whose widest vectors are AVX2,
+    (`math.inf`) on an AVX-512 CPU, 32 on a CPU whose widest vectors are AVX2,
     `few_rows_linear.MAX_ROWS` (8) elsewhere.
     AMD EPYC Zen 4, one thread, a 3+3 d=256 decoder's 19 weights, ms (oneDNN packed / kernel): 16
     rows 2.27 / 2.24, 256 rows 24.0-32.9 / 24.2-24.8, 1,024 rows 99.9 / 96.3; oneDNN makes a
     primitive for every new row count (~0.3 ms each). Batch 64, end to end: 66-67 against 58-61
     sentences/s with the kernel up to 8 rows only.
-    Intel Xeon (family 6, model 167), one thread, batch 64, alternating passes (kernel at every row
-    count / up to 8 rows): the 3+3 model 94.8 / 89.5 sentences/s, the base shape (d 512, 32k
-    dictionary) 11.0 / 12.1, so 8 on Intel, where MKL and oneDNN run larger products at full speed.
+    Intel Xeon (family 6, model 167), where MKL and oneDNN run larger products at full speed: with one
+    panel a pass, one thread, batch 64, alternating passes (kernel at every row count / up to 8 rows),
+    the 3+3 model 94.8 / 89.5 sentences/s, the base shape (d 512, 32k dictionary) 11.0 / 12.1, so 8
+    rows there until the kernel took four panels a pass past 8 rows (few_rows_linear.c): level with
+    the libraries or faster at every row count. fairseq-generate, the 3+3 model on test2016, one
+    thread, alternating runs (every row count with four panels / 8 rows, one panel): batch 64
+    120.8-138.5 / 108.1-110.5 sentences/s, batch 1 (its encoder in C: 10-40 rows) 44.1-44.6 /
+    38.2-41.1, the same hypotheses.
     AMD EPYC Zen 3 (family 25, model 1, AVX2: 4 rows a pass), one thread, the 19 weights (oneDNN
     packed / kernel), two runs: 16 rows 5.1-5.6 / 4.4-5.3 ms, 24 rows 6.1 / 6.4, 32 rows 8.1 / 8.0,
     48 rows 10.1 / 11.5, 64 rows 12.7-13.6 / 14.4-16.7, 256 rows 39.7 / 50.2. End to end, alternating
@@ -139,7 +144,7 @@ def _kernel_max_rows() -> float:
     of 4 and 6 passes; single pairs 0.93x-1.16x), batch 64 level (47.7 / 46.3, pairs 0.97x-1.15x).
     benchmarks/linear_micro.py measures a CPU's row counts."""
     capability = torch.backends.cpu.get_cpu_capability()
-    if capability == "AVX512" and not MKL_AT_FULL_SPEED:
+    if capability == "AVX512":
         return math.inf
     return 32 if capability == "AVX2" else few_rows_linear.MAX_ROWS
 
@@ -154,7 +159,9 @@ def backend_summary() -> str:
     training = ("oneDNN forward and dX, MKL dW" if not MKL_AT_FULL_SPEED
                 else "F.linear (MKL: as fast as oneDNN on this Intel CPU, no transposed copies)")
     if KERNEL_MAX_ROWS == math.inf:
-        decoding = "the few-row kernel where a C compiler builds it, else oneDNN with packed weights"
+        decoding = ("the few-row kernel where a C compiler builds it, else "
+                    + (f"MKL against small weights below {_MKL_TRANSPOSED_BELOW} rows and " if MKL_AT_FULL_SPEED
+                       else "") + "oneDNN with packed weights")
     elif MKL_AT_FULL_SPEED:  # `_mkl_layout`'s rules, after the kernel's rows
         decoding = (f"up to {KERNEL_MAX_ROWS} rows by the few-row kernel (where a C compiler builds it), then MKL "
                     f"against small weights below {_MKL_TRANSPOSED_BELOW} rows, more by oneDNN with packed weights")
