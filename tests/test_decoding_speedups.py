@@ -90,8 +90,7 @@ def test_beam_decoding_step_equals_the_layers_over_each_hypothesis_history(norma
     for m in (embedding, layers, final_norm):
         if m is not None:
             m.eval()
-    decoder = SimpleNamespace(embedding=embedding, layers=layers, final_norm=final_norm,
-                              output_layer=lambda x: F.linear(x, embedding.embed_tokens.weight))
+    decoder = _decoder(embedding, layers, final_norm, packed=path == "C layers")
     memory, mask = torch.randn(sentences, 6, d), _padding_mask([6, 3, 5, 1], 6)
 
     def full(tokens, rows):
@@ -106,10 +105,13 @@ def test_beam_decoding_step_equals_the_layers_over_each_hypothesis_history(norma
     step_fn = BeamDecodingStep(decoder, memory, mask, ancestry)
     tokens = torch.full((sentences, 1), 2)  # BOS (EOS) for each sentence, then a row per hypothesis
     live, group = list(range(sentences)), 1
+    buffers = []  # where each step's logits lie
     with torch.no_grad():
         for step in range(20):
             rows = torch.tensor(live).repeat_interleave(group)
-            torch.testing.assert_close(step_fn(tokens[:, -1], step), full(tokens, rows), atol=1e-5, rtol=1e-5)
+            logits = step_fn(tokens[:, -1], step)
+            torch.testing.assert_close(logits, full(tokens, rows), atol=1e-5, rtol=1e-5)
+            buffers.append(logits.data_ptr())
             keep = [i for i in range(len(live)) if not (step in (4, 13) and i == 1)]  # a sentence ends
             parents = torch.tensor([i * group + int(torch.randint(0, group, (1,), generator=g))
                                     for i in keep for _ in range(beam)])
@@ -123,6 +125,8 @@ def test_beam_decoding_step_equals_the_layers_over_each_hypothesis_history(norma
     # else two attentions, and three residual blocks closed in C where post-LN
     in_c = path == "C layers" and not normalize_before
     assert calls.count("layer") == (20 * 2 if in_c else 0)
+    # the kernel writes the logits into one buffer from the second step on (the first has 4 rows, not 12)
+    assert (len(set(buffers[1:])) == 1) == (path == "C layers")
     assert calls.count("attention") == (20 * 2 * 2 if kernels and not in_c else 0)
     assert calls.count("norm") == (20 * 2 * 3 if kernels and not normalize_before and not in_c else 0)
 
@@ -138,8 +142,7 @@ def test_the_next_search_sees_weights_and_thread_counts_changed_since_the_last(p
     layers = torch.nn.ModuleList(DecoderLayer(d, heads, 32, 0.0) for _ in range(2)).eval()
     if pack:
         use_onednn_linears_(layers, pack=True)
-    decoder = SimpleNamespace(embedding=embedding, layers=layers, final_norm=None,
-                              output_layer=lambda x: F.linear(x, embedding.embed_tokens.weight))
+    decoder = _decoder(embedding, layers, packed=pack)
     memory, bos = torch.randn(2, 5, d), torch.full((2, 1), 2)
 
     def first_step():
@@ -191,8 +194,7 @@ def test_the_decoding_step_calls_a_decoder_linear_layer_that_has_hooks_as_a_modu
 
 
 def _check_the_step_equals_the_layer(embedding, layers, d, sentences):
-    decoder = SimpleNamespace(embedding=embedding, layers=layers, final_norm=None,
-                              output_layer=lambda x: F.linear(x, embedding.embed_tokens.weight))
+    decoder = _decoder(embedding, layers)
     memory = torch.randn(sentences, 5, d)
     tokens = torch.full((sentences, 1), 2)
     with torch.no_grad():
@@ -200,6 +202,19 @@ def _check_the_step_equals_the_layer(embedding, layers, d, sentences):
         expected = decoder.output_layer(x[:, -1])
         step = BeamDecodingStep(decoder, memory, None, BeamAncestry(sentences, 3))(tokens[:, -1], 0)
     torch.testing.assert_close(step, expected, atol=1e-5, rtol=1e-5)
+
+
+def _decoder(embedding, layers, final_norm=None, packed=False):
+    """What BeamDecodingStep reads of a VaswaniDecoder, the output projection tied to the embedding
+    and, where `packed`, packed as fairseq-generate packs it."""
+    weight = embedding.embed_tokens.weight
+
+    def output_layer(x):
+        return F.linear(x, weight)
+
+    return SimpleNamespace(embedding=embedding, layers=layers, final_norm=final_norm, output_layer=output_layer,
+                           decoding_output_layer=lambda: onednn_linear.bound_linear(
+                               weight, None, onednn_linear.PackedWeight() if packed else None, output_layer))
 
 
 def _padding_mask(lengths, width):

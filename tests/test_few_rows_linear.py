@@ -43,6 +43,14 @@ def test_the_kernel_equals_f_linear_in_float64(threads):
                     got = few_rows_linear.product(x, panels, b, out_features)
                     assert got.shape == (rows, out_features) and got.dtype == torch.float32
                     torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5 * in_features ** 0.5)
+            # into a buffer larger than the result (the lean search's logits): the result views it
+            buffer = torch.full((30 * out_features + 3,), math.nan)
+            for rows in (30, 9, 1):
+                x = torch.randn(rows, in_features, generator=g)
+                got = few_rows_linear.bound_product(panels, bias, out_features)(x, buffer)
+                assert got.shape == (rows, out_features) and got.data_ptr() == buffer.data_ptr()
+                torch.testing.assert_close(got.double(), F.linear(x.double(), weight.double(), bias.double()),
+                                           rtol=1e-5, atol=1e-5 * in_features ** 0.5)
     finally:
         torch.set_num_threads(previous)
 

@@ -39,7 +39,7 @@ from torch import Tensor, nn
 from ..errors import ConfigError
 from ..modules import DecoderLayer, EncoderLayer, PackedWeight, ScaledEmbedding, linear, use_onednn_linears_
 from ..modules.freed_memory import keep_freed_memory
-from ..modules.onednn_linear import backend_summary
+from ..modules.onednn_linear import backend_summary, bound_linear
 from .fairseq_options import add_fairseq_options, translate_command_line
 
 logger = logging.getLogger(__name__)
@@ -221,6 +221,12 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         decoding on CPU the weight is used in oneDNN's packed layout (modules.onednn_linear): with a
         large vocabulary this product is the costliest of a beam-search step."""
         return linear(features, self.output_projection_weight(), packed=self._packed_output)  # [B, T, V]
+
+    def decoding_output_layer(self):
+        """`output_layer` for a loop of decoding steps (the lean beam search's), its checks made once:
+        (features [rows, d], out=None) -> logits [rows, V], written into the buffer `out` where the
+        few-row kernel computes them (`onednn_linear.bound_linear`)."""
+        return bound_linear(self.output_projection_weight(), None, self._packed_output, self.output_layer)
 
     def output_projection_weight(self) -> Tensor:
         """[V, d] weight of the pre-softmax projection: the target embedding's (§3.4) or the untied one.

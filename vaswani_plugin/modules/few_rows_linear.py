@@ -29,7 +29,8 @@ torch's bfloat16 `F.linear` 0.91 (and the float32 kernel's 0.65), 8 rows 0.45 / 
 - `to_panels(weight)`: the weight [N, K] in the kernel's layout, [ceil(N / 16), K, 16] (bfloat16:
   [ceil(N / 16), K / 2, 16, 2]), made once (`onednn_linear.PackedWeight`);
 - `product(x2, panels, bias, out_features)`: x2 [M, K] @ weightᵀ + bias -> [M, N], on CPU;
-  `bound_product(panels, bias, out_features)` the same as a function of x2 alone.
+  `bound_product(panels, bias, out_features)` the same as a function of x2 (and of a buffer to
+  write the result into).
 Results equal `F.linear`'s up to float rounding (each output's sum is taken in order over K;
 bfloat16 rounded once, after the bias, as torch's bfloat16 linear rounds).
 """
@@ -106,16 +107,21 @@ def product(x2: Tensor, panels: Tensor, bias: Tensor | None, out_features: int) 
 def bound_product(panels: Tensor, bias: Tensor | None, out_features: int) -> Callable[[Tensor], Tensor]:
     """`product` with its weight, bias and torch's thread count read once, for a loop that calls it
     many times with them unchanged (a beam search's steps): a call then costs about 2 us besides the
-    kernel's work, where reading them each time cost another 2-3 (decoding's 19 products a step)."""
+    kernel's work, where reading them each time cost another 2-3 (decoding's 19 products a step).
+    The function takes x2 and, optionally, `out`: a buffer of at least M x N elements (x2's dtype)
+    that the result is written into and views, instead of a new tensor."""
     kernel = _kernel_bf16 if panels.dtype == torch.bfloat16 else _kernel
     weights, bias_at, threads = panels.data_ptr(), None if bias is None else bias.data_ptr(), torch.get_num_threads()
     in_features = panels.size(1) * (2 if panels.dtype == torch.bfloat16 else 1)
     empty = torch.empty
 
-    def call(x2: Tensor) -> Tensor:
+    def call(x2: Tensor, out: Tensor | None = None) -> Tensor:
         x2 = x2.contiguous()
         rows = x2.size(0)
-        out = empty(rows, out_features, dtype=x2.dtype)
+        if out is None:
+            out = empty(rows, out_features, dtype=x2.dtype)
+        else:
+            out = out.view(-1)[:rows * out_features].view(rows, out_features)
         kernel(x2.data_ptr(), rows, in_features, weights, bias_at, out_features, out.data_ptr(), threads)
         return out
 

@@ -23,7 +23,7 @@ GEMM's left operand, as stored: W xᵀ, transposed back.
   tensors: an autograd Function (forward and both backward products) while autograd records, the
   weight packed once (`PackedWeight`) for a model that only decodes;
 - `decoding_product(layer)`: a packed layer's product for a decoding loop, `linear`'s checks made
-  once instead of at every call;
+  once instead of at every call (`bound_linear(weight, bias, packed, fallback)` for a weight);
 - `matmul_nt(a, b)`: a @ bᵀ (through oneDNN where training takes it) for the fused output loss.
 Packed products (float32, and bfloat16 where the CPU has AVX-512 bf16) take our own kernel first
 (`few_rows_linear`, `_kernel_takes`) up to `KERNEL_MAX_ROWS` rows: every row count on AVX-512 CPUs,
@@ -373,22 +373,34 @@ def decoding_product(layer: nn.Module) -> Callable[[Tensor], Tensor]:
     in place, or a new thread count, is seen from the next call of this function on."""
     if _hooked(layer):
         return layer
-    if not isinstance(layer, OneDNNLinear) or layer.packed is None or not _cpu_fp32(layer.weight):
+    if not isinstance(layer, OneDNNLinear):
         return layer.forward
-    weight, bias, packed = layer.weight, layer.bias, layer.packed
-    # The kernel's panels, bound once for the calls that take it (a search's weights stay put).
-    panels = kernel_panels(layer)
-    kernel = None if panels is None else few_rows_linear.bound_product(panels, bias, weight.size(0))
+    return bound_linear(layer.weight, layer.bias, layer.packed, layer.forward)
 
-    def product(x2: Tensor) -> Tensor:
+
+def bound_linear(weight: Tensor, bias: Tensor | None, packed: PackedWeight | None,
+                 fallback: Callable[[Tensor], Tensor]) -> Callable[..., Tensor]:
+    """`decoding_product`'s binding for a weight (the decoder's output projection has no layer of its
+    own): product(x2, out=None) -> `linear(x2, weight, bias, packed)`, or `fallback(x2)` where the
+    weight is not packed, float32 on CPU. Where the few-row kernel takes the rows it writes into `out`
+    when given (a float32 buffer of at least N x M elements; the result views it): a loop done with
+    one call's result before the next keeps one buffer instead of a new block each call (the lean
+    beam search's logits, `decoding_step.BeamDecodingStep`)."""
+    if packed is None or not _cpu_fp32(weight):
+        return lambda x2, out=None: fallback(x2)
+    # The kernel's panels, bound once for the calls that take it (a search's weights stay put).
+    supported = few_rows_linear.supports(weight.dtype, weight.size(1))
+    kernel = few_rows_linear.bound_product(packed.panels(weight), bias, weight.size(0)) if supported else None
+
+    def product(x2: Tensor, out: Tensor | None = None) -> Tensor:
         if _AVAILABLE and x2.dtype == torch.float32 and not torch.is_grad_enabled():
             if kernel is not None and kernel_rows(x2.size(0)):
-                return kernel(x2)
+                return kernel(x2, out)
             try:
                 return _product(x2, weight, bias, packed)
             except _Unusable:
                 pass
-        return layer.forward(x2)
+        return fallback(x2)
 
     return product
 
