@@ -2,9 +2,8 @@
 `F.linear` at every row count of a pass and past it, ragged output counts (panels of 16 with a
 partial last one), with and without a bias, on one and two threads; the decoding products take it up
 to `onednn_linear.KERNEL_MAX_ROWS` rows (every row count on AVX-512 CPUs, 32 on AVX2 CPUs, else 8)
-and oneDNN above;
-a packed bfloat16 layer takes the bfloat16 kernel; a kernel that cannot be built leaves one log line
-and oneDNN."""
+and oneDNN above; a packed bfloat16 layer takes the bfloat16 kernel (up to 8 rows where the CPU has
+AMX); a kernel that cannot be built leaves one log line and oneDNN."""
 import logging
 import math
 import shutil
@@ -156,3 +155,29 @@ def test_a_packed_bfloat16_layer_takes_the_bfloat16_kernel_where_the_cpu_has_avx
             torch.testing.assert_close(got.double(), expected, rtol=2 ** -8, atol=1e-3)
         assert (torch.bfloat16 in used) == (in_features % 2 == 0), in_features
         used.clear()
+
+
+@needs_kernel
+@pytest.mark.skipif(not onednn_linear.onednn_available(), reason="oneDNN is not available")
+@pytest.mark.parametrize("amx", [True, False])
+def test_bfloat16_products_leave_the_kernel_past_8_rows_where_the_cpu_has_amx(monkeypatch, amx):
+    """With AMX, torch's bfloat16 F.linear (oneDNN on its tiles) beats the kernel from a few rows up;
+    without it the bfloat16 kernel takes the rows the float32 one takes (onednn_linear's
+    _bf16_kernel_max_rows)."""
+    if not few_rows_linear.supports(torch.bfloat16, 64):
+        pytest.skip("no AVX-512 bf16 here: bfloat16 products stay on F.linear")
+    flags = "avx512f avx512_bf16" + (" amx_bf16 amx_tile" if amx else "")
+    monkeypatch.setattr(onednn_linear, "cpu_fields", lambda: {"flags": flags})
+    monkeypatch.setattr(onednn_linear, "KERNEL_MAX_ROWS", math.inf)  # as on every AVX-512 CPU
+    monkeypatch.setattr(onednn_linear, "BF16_KERNEL_MAX_ROWS", onednn_linear._bf16_kernel_max_rows())
+    used = []
+    record_kernel_rows(monkeypatch, lambda x2: used.append(x2.size(0)))
+    lin = onednn_linear.use_onednn_linears_(torch.nn.Linear(64, 40), pack=True).bfloat16()
+    g = torch.Generator().manual_seed(2)
+    for rows in (1, 8, 9, 64):
+        x = torch.randn(rows, 64, generator=g).bfloat16()
+        with torch.inference_mode():
+            got = lin(x)
+        expected = F.linear(x.double(), lin.weight.double(), lin.bias.double())
+        torch.testing.assert_close(got.double(), expected, rtol=2 ** -8, atol=1e-3)
+    assert used == ([1, 8] if amx else [1, 8, 9, 64])

@@ -152,6 +152,18 @@ def _kernel_max_rows() -> float:
 KERNEL_MAX_ROWS = _kernel_max_rows()
 
 
+def _bf16_kernel_max_rows() -> float:
+    """The most rows a bfloat16 product gives the kernel: `few_rows_linear.MAX_ROWS` (8) on a CPU with
+    AMX, whose tiles run torch's bfloat16 `F.linear` (oneDNN) faster than the kernel from a few rows
+    up, else `KERNEL_MAX_ROWS`. Intel Xeon (family 6, model 167), one thread, ms (bfloat16 `F.linear` /
+    kernel): a 3+3 d=256 decoder's 19 weights, 4 rows 0.75 / 0.55, 8 rows 0.76 / 0.89, 16 rows 0.76 /
+    1.59, 256 rows 2.7 / 25.4; the base shape's 37, 1 row 8.6 / 5.0, 8 rows 5.2 / 16.4."""
+    return few_rows_linear.MAX_ROWS if "amx_bf16" in cpu_fields().get("flags", "").split() else KERNEL_MAX_ROWS
+
+
+BF16_KERNEL_MAX_ROWS = _bf16_kernel_max_rows()
+
+
 def backend_summary() -> str:
     """What the model's build logs: which library runs its linear layers."""
     if not _AVAILABLE:
@@ -333,8 +345,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
 
 
 def _kernel_takes(rows: int, weight: Tensor) -> bool:
-    """A packed product of `rows` rows takes the few-row kernel (up to `KERNEL_MAX_ROWS` rows) where
-    it is built for the weight's dtype."""
+    """A packed product of `rows` rows takes the few-row kernel (up to `KERNEL_MAX_ROWS` rows, bfloat16
+    `BF16_KERNEL_MAX_ROWS`) where it is built for the weight's dtype."""
+    if weight.dtype == torch.bfloat16 and rows > BF16_KERNEL_MAX_ROWS:
+        return False
     return kernel_rows(rows) and few_rows_linear.supports(weight.dtype, weight.size(1))
 
 
