@@ -214,7 +214,8 @@ def _decoder(embedding, layers, final_norm=None, packed=False):
 
     return SimpleNamespace(embedding=embedding, layers=layers, final_norm=final_norm, output_layer=output_layer,
                            decoding_output_layer=lambda: onednn_linear.bound_linear(
-                               weight, None, onednn_linear.PackedWeight() if packed else None, output_layer))
+                               weight, None, onednn_linear.PackedWeight() if packed else None, output_layer,
+                               reuse_output=True))
 
 
 def _padding_mask(lengths, width):

@@ -224,9 +224,10 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
 
     def decoding_output_layer(self):
         """`output_layer` for a loop of decoding steps (the lean beam search's), its checks made once:
-        (features [rows, d], out=None) -> logits [rows, V], written into the buffer `out` where the
-        few-row kernel computes them (`onednn_linear.bound_linear`)."""
-        return bound_linear(self.output_projection_weight(), None, self._packed_output, self.output_layer)
+        features [rows, d] -> logits [rows, V], valid until the next call (where the few-row kernel
+        computes them, into one buffer: `onednn_linear.bound_linear`'s `reuse_output`)."""
+        return bound_linear(self.output_projection_weight(), None, self._packed_output, self.output_layer,
+                            reuse_output=True)
 
     def output_projection_weight(self) -> Tensor:
         """[V, d] weight of the pre-softmax projection: the target embedding's (§3.4) or the untied one.

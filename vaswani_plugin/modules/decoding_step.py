@@ -165,15 +165,11 @@ class BeamDecodingStep:
                  ancestry: BeamAncestry):
         self.embedding, self.final_norm = decoder.embedding, decoder.final_norm
         layers = decoder.layers  # read here only: a step calls `self.calls` or `self.layers_in_c`
-        self.output_layer: Callable[..., Tensor] = decoder.decoding_output_layer()
-        # The logits' buffer, kept from step to step: [rows, V] is a step's largest block, and as
-        # sentences finish its size changes, so a new one was mapped and faulted in again and again.
-        self.logits: Optional[Tensor] = None
+        self.output_layer: Callable[[Tensor], Tensor] = decoder.decoding_output_layer()
         self.ancestry = ancestry
         self.calls, self.layers_in_c = _bound_layers(layers)
         self.work = None  # the C layers' scratch: [rows, 5 d + d_ff]
         self.d_ff = layers[0].ffn.fc1.out_features
-        self.vocab = decoder.embedding.embed_tokens.num_embeddings  # the target dictionary: V
         attn = layers[0].self_attn
         self.heads, self.scale = attn.num_heads, attn.head_dim ** -0.5
         n, s, _ = memory.shape
@@ -227,12 +223,7 @@ class BeamDecodingStep:
         """The last layer's output [rows, d] -> logits [rows, V], valid until the next step's."""
         if self.final_norm is not None:
             x = self.final_norm(x)
-        if x.dtype != torch.float32 or not kernel_rows(x.size(0)):  # no kernel to write into the buffer
-            return self.output_layer(x)
-        size = x.size(0) * self.vocab
-        if self.logits is None or self.logits.numel() < size:
-            self.logits = x.new_empty(size)
-        return self.output_layer(x, self.logits)
+        return self.output_layer(x)
 
     def _layers_in_c(self, x: Tensor, n: int) -> Tensor:
         """The loop of `__call__`, a layer a C call (`decoding_kernels.bound_decoder_layer`): x [rows, d]

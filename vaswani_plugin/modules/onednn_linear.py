@@ -345,16 +345,15 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
 
 
 def _kernel_takes(rows: int, weight: Tensor) -> bool:
-    """A packed product of `rows` rows takes the few-row kernel (up to `KERNEL_MAX_ROWS` rows, bfloat16
-    `BF16_KERNEL_MAX_ROWS`) where it is built for the weight's dtype."""
-    if weight.dtype == torch.bfloat16 and rows > BF16_KERNEL_MAX_ROWS:
-        return False
-    return kernel_rows(rows) and few_rows_linear.supports(weight.dtype, weight.size(1))
+    """A packed product of `rows` rows takes the few-row kernel (`kernel_rows`) where it is built for
+    the weight's dtype."""
+    return kernel_rows(rows, weight.dtype) and few_rows_linear.supports(weight.dtype, weight.size(1))
 
 
-def kernel_rows(rows: int) -> bool:
-    """Whether a packed product of `rows` rows takes the few-row kernel (where it takes the dtype)."""
-    return rows <= KERNEL_MAX_ROWS
+def kernel_rows(rows: int, dtype: torch.dtype = torch.float32) -> bool:
+    """Whether a packed product of `rows` rows takes the few-row kernel (where it takes the dtype): up
+    to `KERNEL_MAX_ROWS` rows, bfloat16 up to `BF16_KERNEL_MAX_ROWS`."""
+    return rows <= (BF16_KERNEL_MAX_ROWS if dtype == torch.bfloat16 else KERNEL_MAX_ROWS)
 
 
 def _product(x2: Tensor, weight: Tensor, bias: Tensor | None, packed: PackedWeight | None) -> Tensor:
@@ -393,23 +392,30 @@ def decoding_product(layer: nn.Module) -> Callable[[Tensor], Tensor]:
 
 
 def bound_linear(weight: Tensor, bias: Tensor | None, packed: PackedWeight | None,
-                 fallback: Callable[[Tensor], Tensor]) -> Callable[..., Tensor]:
+                 fallback: Callable[[Tensor], Tensor], reuse_output: bool = False) -> Callable[[Tensor], Tensor]:
     """`decoding_product`'s binding for a weight (the decoder's output projection has no layer of its
-    own): product(x2, out=None) -> `linear(x2, weight, bias, packed)`, or `fallback(x2)` where the
-    weight is not packed, float32 on CPU. Where the few-row kernel takes the rows it writes into `out`
-    when given (a float32 buffer of at least N x M elements; the result views it): a loop done with
-    one call's result before the next keeps one buffer instead of a new block each call (the lean
-    beam search's logits, `decoding_step.BeamDecodingStep`)."""
+    own): x2 -> `linear(x2, weight, bias, packed)`, or `fallback(x2)` where the weight is not packed,
+    float32 on CPU. `reuse_output`: for a loop done with one call's result before the next (the lean
+    beam search's logits, `decoding_step.BeamDecodingStep`), the few-row kernel writes every result
+    into one buffer (the result views it, valid until the next call) instead of a new block each
+    call: [rows, V] is a step's largest, and as sentences finish its size changes, so a new one was
+    mapped and faulted in again and again."""
     if packed is None or not _cpu_fp32(weight):
-        return lambda x2, out=None: fallback(x2)
+        return fallback
     # The kernel's panels, bound once for the calls that take it (a search's weights stay put).
-    supported = few_rows_linear.supports(weight.dtype, weight.size(1))
-    kernel = few_rows_linear.bound_product(packed.panels(weight), bias, weight.size(0)) if supported else None
+    panels = _panels(weight, packed)  # None where the kernel is not built
+    kernel = None if panels is None else few_rows_linear.bound_product(panels, bias, weight.size(0))
+    buffer = None  # reuse_output's
 
-    def product(x2: Tensor, out: Tensor | None = None) -> Tensor:
+    def product(x2: Tensor) -> Tensor:
+        nonlocal buffer
         if _AVAILABLE and x2.dtype == torch.float32 and not torch.is_grad_enabled():
             if kernel is not None and kernel_rows(x2.size(0)):
-                return kernel(x2, out)
+                if not reuse_output:
+                    return kernel(x2)
+                if buffer is None or buffer.numel() < x2.size(0) * weight.size(0):
+                    buffer = x2.new_empty(x2.size(0) * weight.size(0))
+                return kernel(x2, buffer)
             try:
                 return _product(x2, weight, bias, packed)
             except _Unusable:
@@ -427,10 +433,16 @@ def _hooked(layer: nn.Module) -> bool:
 def kernel_panels(layer: nn.Module) -> Tensor | None:
     """The few-row kernel's panels of `layer`'s weight where `decoding_product` binds the kernel for
     it (a packed float32 CPU `OneDNNLinear` without hooks, the kernel built), else None."""
-    if (_hooked(layer) or not isinstance(layer, OneDNNLinear) or layer.packed is None
-            or not _cpu_fp32(layer.weight) or not few_rows_linear.supports(layer.weight.dtype, layer.weight.size(1))):
+    if _hooked(layer) or not isinstance(layer, OneDNNLinear):
         return None
-    return layer.packed.panels(layer.weight)
+    return _panels(layer.weight, layer.packed)
+
+
+def _panels(weight: Tensor, packed: PackedWeight | None) -> Tensor | None:
+    """The few-row kernel's panels of a packed float32 CPU weight where the kernel is built, else None."""
+    if packed is None or not _cpu_fp32(weight) or not few_rows_linear.supports(weight.dtype, weight.size(1)):
+        return None
+    return packed.panels(weight)
 
 
 class OneDNNLinear(nn.Linear):
