@@ -37,7 +37,7 @@ def drop_in(tmp_path_factory):
         "--lr-scheduler", "inverse_sqrt", "--warmup-updates", 10, "--criterion", "label_smoothed_cross_entropy",
         "--label-smoothing", 0.1, "--max-tokens", 1500, "--max-update", 60, "--disable-validation",
         "--save-interval", 1000, "--save-dir", work / "fairseq", "--seed", 2, "--no-progress-bar",
-        "--num-workers", 0)
+        "--num-workers", 0, "--data-buffer-size", 0)  # fairseq alone: no loading thread to abort its exit
     (work / "ours").mkdir()
     convert = run("vaswani_plugin.convert", "--from-fairseq", work / "fairseq" / "checkpoint_last.pt",
                   work / "ours" / "model.pt")

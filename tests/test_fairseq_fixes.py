@@ -2,8 +2,11 @@
 behaviour without each fix, where no other test shows it (keep_last_batch: test_no_sentence_lost;
 atomic_checkpoints: test_resume; fp16_cpu: test_fp16; full_help: test_fairseq_options)."""
 import importlib.util
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -12,7 +15,7 @@ import torch
 from helpers import ROOT, run_tool
 from vaswani_plugin import fairseq_fixes
 from vaswani_plugin.errors import ConfigError
-from vaswani_plugin.fairseq_fixes import checkpoint_errors, too_long_inputs
+from vaswani_plugin.fairseq_fixes import checkpoint_errors, clean_exit, too_long_inputs
 
 
 @pytest.mark.parametrize("version, fits", [("0.12.2", True), ("0.12.3.1", True), ("0.12.0", True),
@@ -38,11 +41,12 @@ def test_the_version_is_said_once_on_import_and_only_when_it_differs():
     assert "were written for fairseq" not in installed.stderr
 
 
-# fairseq's own transformer, tiny: what fairseq-train does without the plugin
+# fairseq's own transformer, tiny: what fairseq-train does without the plugin. No data-loading thread
+# (--data-buffer-size 0): without the plugin's clean_exit it can abort the process at exit
 FAIRSEQ_TINY = ["--arch", "transformer", "--encoder-layers", 1, "--decoder-layers", 1, "--encoder-embed-dim", 32,
                 "--encoder-ffn-embed-dim", 64, "--encoder-attention-heads", 2, "--decoder-attention-heads", 2,
                 "--optimizer", "adam", "--lr", "1e-3", "--max-update", 1, "--max-tokens", 500, "--cpu",
-                "--disable-validation", "--no-save", "--num-workers", 0]
+                "--disable-validation", "--no-save", "--num-workers", 0, "--data-buffer-size", 0]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch_xla") is not None, reason="with torch_xla fairseq's bf16 works")
@@ -129,3 +133,54 @@ def test_resuming_another_shape_fairseq_alone_says_only_that_architectures_must_
     assert "size mismatch" not in str(alone.value) and "size mismatch" in str(alone.value.__context__)
     with pytest.raises(ConfigError, match="parameters do not fit --arch vaswani_transformer .*size mismatch for "):
         trainer.load_checkpoint(str(small_trained["ckpt"]))
+
+
+# fairseq's BufferedIterator over batches that take torch ~0.1 s each: the main thread takes one and
+# exits while the background thread is still computing the next ones
+EXIT_WHILE_COLLATING = """
+import sys, torch
+from fairseq.data.iterators import BufferedIterator
+if sys.argv[1] == "plugin":
+    import vaswani_plugin
+class Batches:
+    def __len__(self): return 100
+    def __iter__(self): return (torch.ones(1500, 1500) @ torch.ones(1500, 1500) for _ in range(100))
+next(iter(BufferedIterator(10, Batches())))
+print("trained")
+"""
+
+
+@pytest.mark.parametrize("plugin", [False, True])
+def test_clean_exit_fairseq_alone_aborts_when_the_loading_thread_is_collating(plugin):
+    proc = subprocess.run([sys.executable, "-c", EXIT_WHILE_COLLATING, "plugin" if plugin else "alone"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env={"PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"})
+    assert proc.stdout == "trained\n"
+    if plugin:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    else:
+        assert proc.returncode == -signal.SIGABRT
+        assert "terminate called without an active exception" in proc.stderr
+
+
+def test_clean_exit_gives_up_on_a_source_that_never_yields():
+    from fairseq.data.iterators import BufferedIterator
+
+    release = threading.Event()
+
+    class Stuck:
+        def __len__(self):
+            return 2
+
+        def __iter__(self):
+            yield 0
+            release.wait()  # a dead DataLoader worker: no batch comes
+            yield 1
+
+    loader = BufferedIterator(2, Stuck())
+    assert next(loader) == 0
+    start = time.monotonic()
+    clean_exit.stop_background_consumers(give_up_seconds=0.3)
+    assert 0.3 <= time.monotonic() - start < 5 and loader._consumer.is_alive()
+    release.set()
+    loader._consumer.join(timeout=10)  # its cut length ends it after the batch in hand
+    assert not loader._consumer.is_alive()

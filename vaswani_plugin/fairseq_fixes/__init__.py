@@ -13,6 +13,8 @@ docstring, what fairseq does alone and why the plugin changes it; each has its t
 - `too_long_inputs`: a sentence over the length limits gives fairseq's message without a traceback;
 - `fused_adam_cpu`: `--optimizer adam` updates float32 CPU parameters in one fused kernel pass
   instead of fairseq's seven per parameter (the same update);
+- `clean_exit`: a run that stops while fairseq's data-loading thread is collating exits 0 instead
+  of aborting ("terminate called without an active exception");
 - `lean_beam_search`: the task's generator for one vaswani_transformer is the plugin's lean beam
   search (`models.beam_search`), fairseq's SequenceGenerator otherwise or with `--fairseq-beam-search`.
 
@@ -45,6 +47,7 @@ from . import (  # noqa: E402,F401
     atomic_checkpoints,
     bf16_cpu,
     checkpoint_errors,
+    clean_exit,
     fp16_cpu,
     full_help,
     fused_adam_cpu,
