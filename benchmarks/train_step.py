@@ -219,7 +219,7 @@ def gemm_products(a, w):
     from vaswani_plugin.modules import onednn_linear
 
     products = {"torch": lambda: torch.mm(a, w) if a.dim() == 2 else torch.bmm(a, w)}
-    if a.dim() == 2 and onednn_linear._cpu_fp32(a, w):  # oneDNN there, fp32 CPU operands
+    if a.dim() == 2 and onednn_linear.cpu_fp32(a, w):  # oneDNN there, fp32 CPU operands
         a_dense, w_rows = a.contiguous(), w.t().contiguous()  # [n, k], [m, k]
         products["oneDNN"] = lambda: onednn_linear._linear(a_dense, w_rows)  # the plugin's own oneDNN product
     return products

@@ -26,7 +26,7 @@ from vaswani_plugin.modules import (
     ScaledEmbedding,
     use_onednn_linears_,
 )
-from vaswani_plugin.modules import decoding_kernels, onednn_linear
+from vaswani_plugin.modules import decoding_kernels, decoding_linear, onednn_linear
 from vaswani_plugin.modules.attention_cache import BeamAncestry
 from vaswani_plugin.modules.decoding_step import BeamDecodingStep
 from vaswani_plugin.modules.onednn_linear import OneDNNLinear, onednn_available
@@ -213,7 +213,7 @@ def _decoder(embedding, layers, final_norm=None, packed=False):
         return F.linear(x, weight)
 
     return SimpleNamespace(embedding=embedding, layers=layers, final_norm=final_norm, output_layer=output_layer,
-                           decoding_output_layer=lambda: onednn_linear.bound_linear(
+                           decoding_output_layer=lambda: decoding_linear.bound_linear(
                                weight, None, onednn_linear.PackedWeight() if packed else None, output_layer,
                                reuse_output=True))
 
@@ -326,7 +326,7 @@ def test_onednn_linear_equals_f_linear_in_values_and_gradients_and_follows_chang
 @pytest.mark.parametrize("few_rows_on_mkl, few_rows_kernel", [(False, False), (True, False), (False, True)])
 def test_a_decoding_product_equals_f_linear_and_records_autograd_when_grad_is_on(monkeypatch, few_rows_on_mkl,
                                                                                  few_rows_kernel):
-    """`onednn_linear.decoding_product`, the step's products with `linear`'s checks made once: the
+    """`decoding_linear.decoding_product`, the step's products with `linear`'s checks made once: the
     same values as F.linear at every layout (the few-row kernel, or W xᵀ where `MKL_FOR_FEW_ROWS`, at
     up to 8 rows, oneDNN's packed weight above), and, called while autograd records, the module's
     own differentiable forward (a caller that asks for gradients gets them)."""
@@ -341,7 +341,7 @@ def test_a_decoding_product_equals_f_linear_and_records_autograd_when_grad_is_on
     ref = torch.nn.Linear(64, 96)
     ref.load_state_dict(lin.state_dict())
     use_onednn_linears_(torch.nn.Sequential(lin), pack=True)
-    product = onednn_linear.decoding_product(lin)
+    product = decoding_linear.decoding_product(lin)
     with torch.no_grad():
         for rows in (1, 4, 8, 9, 40):
             x = torch.randn(rows, 64)

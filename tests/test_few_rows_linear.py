@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from helpers import record_kernel_rows
 
-from vaswani_plugin.modules import few_rows_linear, onednn_linear
+from vaswani_plugin.modules import decoding_linear, few_rows_linear, onednn_linear
 
 has_compiler = shutil.which("cc") is not None
 needs_kernel = pytest.mark.skipif(not has_compiler, reason="no C compiler (cc) to build the kernel")
@@ -67,7 +67,7 @@ def _packed_layer(monkeypatch, max_rows):
 
 
 def _assert_products_equal_f_linear(lin, row_counts):
-    product = onednn_linear.decoding_product(lin)
+    product = decoding_linear.decoding_product(lin)
     for rows in row_counts:
         x = torch.randn(rows, 32)
         torch.testing.assert_close(product(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)

@@ -39,7 +39,8 @@ from torch import Tensor, nn
 from ..errors import ConfigError
 from ..modules import DecoderLayer, EncoderLayer, PackedWeight, ScaledEmbedding, linear, use_onednn_linears_
 from ..modules.freed_memory import keep_freed_memory
-from ..modules.onednn_linear import backend_summary, bound_linear
+from ..modules.decoding_linear import bound_linear
+from ..modules.onednn_linear import backend_summary
 from .fairseq_options import add_fairseq_options, translate_command_line
 
 logger = logging.getLogger(__name__)
@@ -225,7 +226,7 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
     def decoding_output_layer(self):
         """`output_layer` for a loop of decoding steps (the lean beam search's), its checks made once:
         features [rows, d] -> logits [rows, V], valid until the next call (where the few-row kernel
-        computes them, into one buffer: `onednn_linear.bound_linear`'s `reuse_output`)."""
+        computes them, into one buffer: `decoding_linear.bound_linear`'s `reuse_output`)."""
         return bound_linear(self.output_projection_weight(), None, self._packed_output, self.output_layer,
                             reuse_output=True)
 

@@ -41,6 +41,7 @@ import torch
 from torch import Tensor, nn
 
 from .c_library import compile_c_library
+from .decoding_linear import kernel_panels
 
 logger = logging.getLogger(__name__)
 
@@ -142,10 +143,8 @@ class _LayerWeights(ctypes.Structure):
 def _layer_weights(layer: nn.Module, blocks, cross: tuple) -> Optional[tuple]:
     """(decoding_kernels.c's `struct layer_weights` for `layer`, the tensors whose addresses it holds),
     or None where the layer does not fit: pre-LN, or a product that does not take the few-row kernel
-    (`onednn_linear.kernel_panels`: not packed, hooked, not float32 on CPU). `cross`: the
+    (`decoding_linear.kernel_panels`: not packed, hooked, not float32 on CPU). `cross`: the
     cross-attention's query and out projections (none in an encoder layer)."""
-    from .onednn_linear import kernel_panels  # (onednn_linear does not import this module)
-
     attn, ffn = layer.self_attn, layer.ffn
     products = (attn.qkv_proj, attn.out_proj, *cross, ffn.fc1, ffn.fc2)
     panels = [kernel_panels(p) for p in products]

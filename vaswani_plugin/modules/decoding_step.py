@@ -32,7 +32,8 @@ from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_h
 from . import decoding_kernels
 from .attention_cache import BeamAncestry, BeamSelfAttentionCache
 from .attention_kernels import softmax_lastdim
-from .onednn_linear import decoding_product, kernel_rows
+from .decoding_linear import decoding_product
+from .onednn_linear import kernel_rows
 
 
 def _per_head(x: Tensor, n: int, heads: int) -> Tensor:
@@ -50,7 +51,7 @@ def _per_row(x: Tensor, n: int) -> Tensor:
 class _LayerCalls(NamedTuple):
     """What a step calls in one `DecoderLayer`, looked up once a search (a step made 132 `nn.Module`
     attribute lookups with the layers' own attributes, 49 with these), its linear products with
-    `linear`'s checks made once (`onednn_linear.decoding_product`)."""
+    `linear`'s checks made once (`decoding_linear.decoding_product`)."""
     self_open: Callable[[Tensor], Tensor]
     qkv: Callable[[Tensor], Tensor]
     self_out: Callable[[Tensor], Tensor]

@@ -22,8 +22,8 @@ GEMM's left operand, as stored: W xᵀ, transposed back.
 - `OneDNNLinear` / `linear(x, weight, bias, packed)`: `F.linear`, through oneDNN for float32 CPU
   tensors: an autograd Function (forward and both backward products) while autograd records, the
   weight packed once (`PackedWeight`) for a model that only decodes;
-- `decoding_product(layer)`: a packed layer's product for a decoding loop, `linear`'s checks made
-  once instead of at every call (`bound_linear(weight, bias, packed, fallback)` for a weight);
+- `no_grad_product(x2, weight, bias, packed)`: the product when nothing is recorded, in the layout
+  the rules below pick; `decoding_linear` binds it once per layer for a decoding loop;
 - `matmul_nt(a, b)`: a @ bᵀ (through oneDNN where training takes it) for the fused output loss.
 Packed products (float32, and bfloat16 where the CPU has AVX-512 bf16) take our own kernel first
 (`few_rows_linear`, `_kernel_takes`) up to `KERNEL_MAX_ROWS` rows: every row count on AVX-512 CPUs,
@@ -49,12 +49,10 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks  # read by every Module call
 
 from . import few_rows_linear
 from .c_library import cpu_fields
@@ -185,7 +183,7 @@ def backend_summary() -> str:
     return f"training in fp32 on CPU: {training}; decoding on CPU: {decoding}; F.linear otherwise"
 
 
-class _Unusable(Exception):
+class Unusable(Exception):
     """A private op failed on its first use; the caller computes the same with F.linear."""
 
 
@@ -196,12 +194,12 @@ def _call(name: str, *args) -> Tensor:
         if name in _WORKED:
             raise
         _fall_back(f"torch.ops.mkldnn.{name} failed on first use: {type(error).__name__}: {error}")
-        raise _Unusable from error
+        raise Unusable from error
     _WORKED.add(name)
     return out
 
 
-def _cpu_fp32(*tensors: Tensor) -> bool:
+def cpu_fp32(*tensors: Tensor) -> bool:
     return _AVAILABLE and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
 
 
@@ -211,7 +209,7 @@ def _linear(x2: Tensor, weight: Tensor, bias=None) -> Tensor:
 
 
 def _train_fp32(*tensors: Tensor) -> bool:
-    return not MKL_AT_FULL_SPEED and _cpu_fp32(*tensors)
+    return not MKL_AT_FULL_SPEED and cpu_fp32(*tensors)
 
 
 def matmul_nt(a: Tensor, b: Tensor) -> Tensor:
@@ -220,7 +218,7 @@ def matmul_nt(a: Tensor, b: Tensor) -> Tensor:
     if _train_fp32(a, b):
         try:
             return _linear(a, b)
-        except _Unusable:
+        except Unusable:
             pass
     return a @ b.t()
 
@@ -323,7 +321,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
     """`F.linear(x, weight, bias)`, through oneDNN for float32 CPU tensors: the autograd Function when
     autograd records (where training takes oneDNN), else the `packed` copies of the weight when they
     are given (oneDNN's layout, or MKL's: `_mkl_layout`)."""
-    if _cpu_fp32(x, weight):
+    if cpu_fp32(x, weight):
         records = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
         if records and MKL_AT_FULL_SPEED:
             return F.linear(x, weight, bias)
@@ -333,8 +331,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: Packed
                 # 2-D into the Function, the view outside it: autograd forbids in-place ops (the
                 # feed-forward's ReLU) on a view that a custom Function returns.
                 return _shaped_as_input(_OneDNNLinear.apply(x2, weight, bias), x)
-            return _shaped_as_input(_product(x2, weight, bias, packed), x)
-        except _Unusable:
+            return _shaped_as_input(no_grad_product(x2, weight, bias, packed), x)
+        except Unusable:
             pass
     elif packed is not None and x.dtype == weight.dtype == torch.bfloat16 and x.device.type == "cpu" \
             and not torch.is_grad_enabled():  # a bfloat16 model that only decodes
@@ -356,7 +354,7 @@ def kernel_rows(rows: int, dtype: torch.dtype = torch.float32) -> bool:
     return rows <= (BF16_KERNEL_MAX_ROWS if dtype == torch.bfloat16 else KERNEL_MAX_ROWS)
 
 
-def _product(x2: Tensor, weight: Tensor, bias: Tensor | None, packed: PackedWeight | None) -> Tensor:
+def no_grad_product(x2: Tensor, weight: Tensor, bias: Tensor | None, packed: PackedWeight | None) -> Tensor:
     """x2 [N, k] (float32, CPU) x weight [M, k]ᵀ (+ bias [M]) -> [N, M], nothing recorded for autograd:
     a packed weight by the few-row kernel where it takes it (`_kernel_takes`), else in the layout
     `_mkl_layout` picks, else by oneDNN (the `packed` copy when there is one)."""
@@ -373,76 +371,6 @@ def _product(x2: Tensor, weight: Tensor, bias: Tensor | None, packed: PackedWeig
         return x2 @ w_t if bias is None else torch.addmm(bias, x2, w_t)
     w = weight.contiguous() if packed is None else packed.onednn(weight)
     return _call("_linear_pointwise", x2.contiguous(), w, bias, "none", [], "")
-
-
-def decoding_product(layer: nn.Module) -> Callable[[Tensor], Tensor]:
-    """`layer` (a linear layer) as a function of x [N, k] for a loop that calls it many times without
-    autograd (the lean beam search's step: 19 calls a step). `linear`'s per-call checks, which cost
-    about as much as a product of a few rows, are made here once: a packed float32 CPU
-    `OneDNNLinear` becomes `_product` on its weight. Any other layer is its own `forward`, and one
-    that a forward hook would see (its own, or one set for every module) stays the module: hooks
-    registered later are seen from the next call of this function on. The few-row kernel's panels
-    and torch's thread count are read here too (`few_rows_linear.bound_product`): a weight changed
-    in place, or a new thread count, is seen from the next call of this function on."""
-    if _hooked(layer):
-        return layer
-    if not isinstance(layer, OneDNNLinear):
-        return layer.forward
-    return bound_linear(layer.weight, layer.bias, layer.packed, layer.forward)
-
-
-def bound_linear(weight: Tensor, bias: Tensor | None, packed: PackedWeight | None,
-                 fallback: Callable[[Tensor], Tensor], reuse_output: bool = False) -> Callable[[Tensor], Tensor]:
-    """`decoding_product`'s binding for a weight (the decoder's output projection has no layer of its
-    own): x2 -> `linear(x2, weight, bias, packed)`, or `fallback(x2)` where the weight is not packed,
-    float32 on CPU. `reuse_output`: for a loop done with one call's result before the next (the lean
-    beam search's logits, `decoding_step.BeamDecodingStep`), the few-row kernel writes every result
-    into one buffer (the result views it, valid until the next call) instead of a new block each
-    call: [rows, V] is a step's largest, and as sentences finish its size changes, so a new one was
-    mapped and faulted in again and again."""
-    if packed is None or not _cpu_fp32(weight):
-        return fallback
-    # The kernel's panels, bound once for the calls that take it (a search's weights stay put).
-    panels = _panels(weight, packed)  # None where the kernel is not built
-    kernel = None if panels is None else few_rows_linear.bound_product(panels, bias, weight.size(0))
-    buffer = None  # reuse_output's
-
-    def product(x2: Tensor) -> Tensor:
-        nonlocal buffer
-        if _AVAILABLE and x2.dtype == torch.float32 and not torch.is_grad_enabled():
-            if kernel is not None and kernel_rows(x2.size(0)):
-                if not reuse_output:
-                    return kernel(x2)
-                if buffer is None or buffer.numel() < x2.size(0) * weight.size(0):
-                    buffer = x2.new_empty(x2.size(0) * weight.size(0))
-                return kernel(x2, buffer)
-            try:
-                return _product(x2, weight, bias, packed)
-            except _Unusable:
-                pass
-        return fallback(x2)
-
-    return product
-
-
-def _hooked(layer: nn.Module) -> bool:
-    return bool(layer._forward_hooks or layer._forward_pre_hooks or _global_forward_hooks
-                or _global_forward_pre_hooks)
-
-
-def kernel_panels(layer: nn.Module) -> Tensor | None:
-    """The few-row kernel's panels of `layer`'s weight where `decoding_product` binds the kernel for
-    it (a packed float32 CPU `OneDNNLinear` without hooks, the kernel built), else None."""
-    if _hooked(layer) or not isinstance(layer, OneDNNLinear):
-        return None
-    return _panels(layer.weight, layer.packed)
-
-
-def _panels(weight: Tensor, packed: PackedWeight | None) -> Tensor | None:
-    """The few-row kernel's panels of a packed float32 CPU weight where the kernel is built, else None."""
-    if packed is None or not _cpu_fp32(weight) or not few_rows_linear.supports(weight.dtype, weight.size(1)):
-        return None
-    return packed.panels(weight)
 
 
 class OneDNNLinear(nn.Linear):
