@@ -146,7 +146,7 @@ class Batches:
     def __len__(self): return 100
     def __iter__(self): return (torch.ones(1500, 1500) @ torch.ones(1500, 1500) for _ in range(100))
 next(iter(BufferedIterator(10, Batches())))
-print("trained")
+print("trained", flush=True)  # before the exit: an abort does not flush
 """
 
 

@@ -7,8 +7,8 @@ trainer. When training stops while that thread is still collating (`--max-update
 the interpreter lock; inside torch's C++ that aborts the process with "terminate called without an
 active exception" (SIGABRT: exit status 134, or -6 to a parent) after everything was saved and
 logged, so a script or CI job that checks the status fails on a run that succeeded. How often
-depends on timing (the suite's CI met it once in hundreds of runs; a queue filled by slow batches
-meets it every time).
+depends on timing (the suite's CI met it once, in a one-update fairseq-train run; a queue filled
+by slow batches meets it every time).
 
 When the plugin is loaded, an exit handler, run before daemon threads are halted, lets each such
 thread finish the batch in hand and end: its length is cut to what it has produced, and its queue

@@ -30,9 +30,10 @@ def decoding_product(layer: nn.Module) -> Callable[[Tensor], Tensor]:
     about as much as a product of a few rows, are made here once: a packed float32 CPU
     `OneDNNLinear` becomes `onednn_linear.no_grad_product` on its weight. Any other layer is its
     own `forward`, and one that a forward hook would see (its own, or one set for every module)
-    stays the module: hooks registered later are seen from the next call of this function on. The few-row kernel's panels
-    and torch's thread count are read here too (`few_rows_linear.bound_product`): a weight changed
-    in place, or a new thread count, is seen from the next call of this function on."""
+    stays the module: hooks registered later are seen from the next call of this function on. The
+    few-row kernel's panels and torch's thread count are read here too
+    (`few_rows_linear.bound_product`): a weight changed in place, or a new thread count, is seen
+    from the next call of this function on."""
     if _hooked(layer):
         return layer
     if not isinstance(layer, OneDNNLinear):
@@ -44,11 +45,11 @@ def bound_linear(weight: Tensor, bias: Tensor | None, packed: PackedWeight | Non
                  fallback: Callable[[Tensor], Tensor], reuse_output: bool = False) -> Callable[[Tensor], Tensor]:
     """`decoding_product`'s binding for a weight (the decoder's output projection has no layer of its
     own): x2 -> `onednn_linear.linear(x2, weight, bias, packed)`, or `fallback(x2)` where the
-    weight is not packed, float32 on CPU. `reuse_output`: for a loop done with one call's result before the next (the lean
-    beam search's logits, `decoding_step.BeamDecodingStep`), the few-row kernel writes every result
-    into one buffer (the result views it, valid until the next call) instead of a new block each
-    call: [rows, V] is a step's largest, and as sentences finish its size changes, so a new one was
-    mapped and faulted in again and again."""
+    weight is not packed, float32 on CPU. `reuse_output`: for a loop done with one call's result
+    before the next (the lean beam search's logits, `decoding_step.BeamDecodingStep`), the few-row
+    kernel writes every result into one buffer (the result views it, valid until the next call)
+    instead of a new block each call: [rows, V] is a step's largest, and as sentences finish its
+    size changes, so a new one was mapped and faulted in again and again."""
     if packed is None or not onednn_linear.cpu_fp32(weight):
         return fallback
     # The kernel's panels, bound once for the calls that take it (a search's weights stay put).
