@@ -2,6 +2,8 @@
 behaviour without each fix, where no other test shows it (keep_last_batch: test_no_sentence_lost;
 atomic_checkpoints: test_resume; fp16_cpu: test_fp16; full_help: test_fairseq_options)."""
 import importlib.util
+import io
+import math
 import signal
 import subprocess
 import sys
@@ -184,3 +186,56 @@ def test_clean_exit_gives_up_on_a_source_that_never_yields():
     release.set()
     loader._consumer.join(timeout=10)  # its cut length ends it after the batch in hand
     assert not loader._consumer.is_alive()
+
+
+def _scores(stdout, prefix="H-"):
+    """{sentence id: hypothesis score} from fairseq-generate's or fairseq-interactive's H- lines."""
+    return {int(line.split("\t")[0][len(prefix):]): float(line.split("\t")[1])
+            for line in stdout.splitlines() if line.startswith(prefix)}
+
+
+def test_bf16_generation_decodes_as_the_models_cast_to_bfloat16_in_process(small_trained):
+    """fairseq-generate --bf16 alone decodes in float32 (the same scores to the last bit); with the
+    plugin, as the same checkpoint cast with `.bfloat16()` and decoded by the task's generator."""
+    from fairseq import checkpoint_utils, options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    flags = [small_trained["bin"], "--user-dir", "vaswani_plugin", "--path", small_trained["ckpt"], "--gen-subset",
+             "test", "--beam", 4, "--max-len-b", 10, "--batch-size", 16]  # the 13 sentences in one batch
+    fp32 = _scores(run_tool("fairseq-generate", *flags).stdout)
+    bf16 = _scores(run_tool("fairseq-generate", *flags, "--bf16").stdout)
+    with pytest.MonkeyPatch.context() as patch:  # fairseq alone: its main, without the fix's cast
+        from fairseq_cli import generate
+        patch.setattr(generate, "main", generate.main.__wrapped__)
+        args = options.parse_args_and_arch(options.get_generation_parser(), [str(f) for f in flags] + ["--bf16"])
+        out = io.StringIO()
+        generate._main(convert_namespace_to_omegaconf(args), out)
+    assert _scores(out.getvalue()) == fp32
+
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    task.load_dataset("test")
+    models, _ = checkpoint_utils.load_model_ensemble([str(small_trained["ckpt"])], task=task)
+    model = models[0].bfloat16()
+    model.prepare_for_inference_(cfg)
+    generator = task.build_generator([model], cfg.generation)
+    batches = task.get_batch_iterator(dataset=task.dataset("test"), max_sentences=16).next_epoch_itr(shuffle=False)
+    reference = {}
+    for sample in batches:
+        for i, hypotheses in enumerate(task.inference_step(generator, [model], sample)):
+            reference[int(sample["id"][i])] = hypotheses[0]["score"].item() / math.log(2)  # printed in base 2
+    assert sorted(bf16) == sorted(reference) == list(range(13))
+    for i in reference:
+        assert bf16[i] == pytest.approx(reference[i], rel=1e-6)
+    assert bf16 != fp32 and all(abs(bf16[i] - fp32[i]) < 0.1 for i in fp32)
+
+
+def test_bf16_generation_casts_in_fairseq_interactive_too(small_trained):
+    """fairseq-interactive --bf16 with the plugin: other scores than float32's, close to them."""
+    flags = [small_trained["bin"], "--user-dir", "vaswani_plugin", "--path", small_trained["ckpt"], "--beam", 4,
+             "--max-len-b", 10, "--source-lang", "en", "--target-lang", "de"]
+    text = (small_trained["work"] / "test.en").read_text()
+    fp32 = _scores(run_tool("fairseq-interactive", *flags, stdin=text).stdout)
+    bf16 = _scores(run_tool("fairseq-interactive", *flags, "--bf16", stdin=text).stdout)
+    assert sorted(bf16) == sorted(fp32) and len(fp32) == len(text.splitlines())
+    assert bf16 != fp32 and all(abs(bf16[i] - fp32[i]) < 0.1 for i in fp32)

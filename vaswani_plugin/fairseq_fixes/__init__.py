@@ -5,6 +5,8 @@ docstring, what fairseq does alone and why the plugin changes it; each has its t
 - `keep_last_batch`: the last batch smaller than `--required-batch-size-multiple` is kept, not
   silently dropped, so every input sentence gets exactly one output;
 - `bf16_cpu`: `--bf16` trains without torch_xla, which fairseq assumes it implies;
+- `bf16_generation`: `--bf16` decodes in bfloat16 in fairseq-generate and fairseq-interactive,
+  which fairseq casts for `--fp16` only;
 - `fp16_cpu`: `--fp16` and `--memory-efficient-fp16` train without CUDA;
 - `full_help`: `--help` lists the options of the chosen model, task, criterion, optimizer, scheduler;
 - `atomic_checkpoints`: the copy to `checkpoint_last.pt` is written atomically, so a kill mid-save
@@ -46,6 +48,7 @@ if _mismatch:
 from . import (  # noqa: E402,F401
     atomic_checkpoints,
     bf16_cpu,
+    bf16_generation,
     checkpoint_errors,
     clean_exit,
     fp16_cpu,
