@@ -1,7 +1,8 @@
 """Small fixes to fairseq 0.12 behaviour, applied when the plugin is imported.
 
-Each module replaces one fairseq function by a wrapper around the original and says, in its
-docstring, what fairseq does alone and why the plugin changes it; each has its tests:
+Each module replaces one fairseq function by a wrapper around the original (`bf16_generation`: the
+main of fairseq-generate and of fairseq-interactive; `clean_exit` registers an exit handler instead)
+and says, in its docstring, what fairseq does alone and why the plugin changes it; each has its tests:
 - `keep_last_batch`: the last batch smaller than `--required-batch-size-multiple` is kept, not
   silently dropped, so every input sentence gets exactly one output;
 - `bf16_cpu`: `--bf16` trains without torch_xla, which fairseq assumes it implies;

@@ -59,7 +59,8 @@ def bound_linear(weight: Tensor, bias: Tensor | None, packed: PackedWeight | Non
 
     def product(x2: Tensor) -> Tensor:
         nonlocal buffer
-        if onednn_linear.onednn_available() and x2.dtype == torch.float32 and not torch.is_grad_enabled():
+        # onednn_linear's flag read, not `onednn_available()` called: 19 products a step
+        if onednn_linear._AVAILABLE and x2.dtype == torch.float32 and not torch.is_grad_enabled():
             if kernel is not None and onednn_linear.kernel_rows(x2.size(0)):
                 if not reuse_output:
                     return kernel(x2)
