@@ -104,7 +104,10 @@ static inline __attribute__((always_inline)) void store_rows(float *y, long N, l
 static inline __attribute__((always_inline)) void group_product(const float *x, long K, const float *panel,
                                                                 float sums[][GROUP * WIDTH], const int rows,
                                                                 const float *next) {
-    vec acc[GROUP_ROWS][GROUP] = {{{0}}};
+    vec acc[GROUP_ROWS][GROUP];  /* zeroed row by row: `= {0}` had GCC 12 memset all of it on the stack */
+    for (int r = 0; r < rows; ++r)
+        for (int g = 0; g < GROUP; ++g)
+            acc[r][g] = (vec){0};
     for (long k = 0; k < K; ++k) {
         if (next)
             for (int g = 0; g < GROUP; ++g)
