@@ -62,7 +62,8 @@ static void attention(const float *q, long q_row, const float *k, const float *v
                 }
                 float sum = 0.0f;
                 for (long s = 0; s < S; ++s) {
-                    w[s] = expf(w[s] - top);  /* a hidden key's: exp(-inf) = 0 */
+                    /* a hidden key's weight is exp(-inf) = 0, without the call (at beam 4, 3 keys in 4) */
+                    w[s] = w[s] == -INFINITY ? 0.0f : expf(w[s] - top);
                     sum += w[s];
                 }
                 float *o = out + (n * g + j) * H * dk + h * dk;
