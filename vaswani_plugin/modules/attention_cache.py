@@ -163,10 +163,16 @@ class BeamSelfAttentionCache:
             # The first step fills slot 0 only; the others stay masked, but 0 x garbage V could be NaN.
             self.k[:, :, 1:beam], self.v[:, :, 1:beam] = 0, 0
         elif (step + 1) * beam > self.k.size(2):  # double the capacity; new columns are written before read
-            self.k = torch.cat([self.k, torch.empty_like(self.k)], dim=2)
-            self.v = torch.cat([self.v, torch.empty_like(self.v)], dim=2)
+            self.k, self.v = (self._doubled(t) for t in (self.k, self.v))
         self.filled = (step + 1) * beam
         return step * beam
+
+    def _doubled(self, t: Tensor) -> Tensor:
+        """t with twice its columns, the filled ones copied (a cat with an empty block made that block
+        first, then copied it too)."""
+        out = t.new_empty(t.size(0), t.size(1), 2 * t.size(2), t.size(3))
+        out[:, :, :self.filled] = t[:, :, :self.filled]
+        return out
 
     def keep_sentences(self, sentences: Tensor) -> None:
         """Only the K/V of `sentences` (increasing) from now on, in that order: moved down in place by C
