@@ -72,8 +72,9 @@ static inline __attribute__((always_inline)) float dot(const float *a, const flo
 }
 
 /* o[0 .. vecs VEC_FLOATS) = the sum over s of w[s] / total x values[s k_row + ..], s in order, the sums
- * held in registers while the values stream past (summed in place in `o`, each key's additions
- * waited for the last key's stores). A zero weight adds nothing and is passed over. */
+ * held in registers while the values stream past (summed in `o` itself, each key's additions waited
+ * for the last key's stores). A zero weight (a hidden key, or one too small to count) is passed over:
+ * adding 0 x value changes nothing. */
 static inline __attribute__((always_inline)) void weighted_values(const float *w, float total, const float *values,
                                                                   long k_row, long S, float *o, const int vecs) {
     vec acc[4];
