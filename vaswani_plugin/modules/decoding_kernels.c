@@ -35,6 +35,7 @@ void few_rows_linear(const float *x, long M, long K, const float *panels, const 
 typedef float vec __attribute__((vector_size(VEC_FLOATS * sizeof(float))));
 typedef float eight __attribute__((vector_size(8 * sizeof(float))));
 typedef float four __attribute__((vector_size(4 * sizeof(float))));
+#define OUT_VECS 4  /* output vectors summed at once by weighted_values: d_k 64 on AVX-512 */
 
 static inline __attribute__((always_inline)) vec load(const float *p) {
     vec v;
@@ -81,13 +82,13 @@ static inline __attribute__((always_inline)) float dot(const float *a, const flo
     return sum;
 }
 
-/* o[0 .. vecs VEC_FLOATS) = the sum over s of w[s] / total x values[s k_row + ..], s in order, the sums
+/* o[0 .. vecs VEC_FLOATS) (vecs <= OUT_VECS) = the sum over s of w[s] / total x values[s k_row + ..], s in order, the sums
  * held in registers while the values stream past (summed in `o` itself, each key's additions waited
  * for the last key's stores). A zero weight (a hidden key, or one too small to count) is passed over:
  * adding 0 x value changes nothing. */
 static inline __attribute__((always_inline)) void weighted_values(const float *w, float total, const float *values,
                                                                   long k_row, long S, float *o, const int vecs) {
-    vec acc[4];
+    vec acc[OUT_VECS];
     for (int u = 0; u < vecs; ++u)
         acc[u] = (vec){0};
     for (long s = 0; s < S; ++s) {
@@ -137,8 +138,8 @@ static void attention(const float *q, long q_row, const float *k, const float *v
                 }
                 float *o = out + (n * g + j) * H * dk + h * dk;
                 long i = 0;
-                for (; i + 4 * VEC_FLOATS <= dk; i += 4 * VEC_FLOATS)
-                    weighted_values(w, sum, values + i, k_row, S, o + i, 4);
+                for (; i + OUT_VECS * VEC_FLOATS <= dk; i += OUT_VECS * VEC_FLOATS)
+                    weighted_values(w, sum, values + i, k_row, S, o + i, OUT_VECS);
                 for (; i + VEC_FLOATS <= dk; i += VEC_FLOATS)
                     weighted_values(w, sum, values + i, k_row, S, o + i, 1);
                 for (; i < dk; ++i) {
